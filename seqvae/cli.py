@@ -1,0 +1,138 @@
+"""`seqvae` command line: LightningCLI (fit/validate/test/predict) plus `seqvae download`.
+
+A run directory is the contract: `<save_dir>/<name>/<version>/` holds `config.yaml`,
+`hparams.yaml`, `vocab.json`, TensorBoard events, `checkpoints/{best,last}.ckpt` and
+`metrics.json` (test metrics of the best checkpoint). `fit` tests the best checkpoint itself.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+from jsonargparse import ArgumentError, lazy_instance
+from pytorch_lightning.callbacks import ModelCheckpoint
+from pytorch_lightning.cli import LightningCLI, SaveConfigCallback
+from pytorch_lightning.loggers import TensorBoardLogger
+
+from .callbacks import PlateauRule
+from .data import CorpusError, TextDataModule
+from .model import SeqVAE
+
+
+def write_json_atomic(path: Path, obj) -> Path:
+    """Writes next to `path` then renames, never replacing an existing file: returns the path
+    written (`metrics.json`, else `metrics-2.json`, …)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    target, n = path, 1
+    while target.exists():
+        n += 1
+        target = path.with_name(f"{path.stem}-{n}{path.suffix}")
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
+    with os.fdopen(fd, "w") as f:
+        json.dump(obj, f, indent=2, sort_keys=True)
+        f.write("\n")
+    os.replace(tmp, target)
+    return target
+
+
+class RunDirConfig(SaveConfigCallback):
+    """Saves config.yaml and vocab.json in the run directory. A resumed run (`--ckpt_path`)
+    keeps the config it started with instead of refusing to overwrite it."""
+
+    def setup(self, trainer, pl_module, stage):
+        if trainer.ckpt_path and trainer.log_dir and (Path(trainer.log_dir) / self.config_filename).exists():
+            self.already_saved = True
+        super().setup(trainer, pl_module, stage)
+
+    def save_config(self, trainer, pl_module, stage):
+        dm = trainer.datamodule
+        if trainer.log_dir and dm is not None and hasattr(dm, "vocab"):
+            path = Path(trainer.log_dir) / "vocab.json"
+            if not path.exists():
+                dm.vocab.save(path)
+
+
+class SeqVAECLI(LightningCLI):
+    def __init__(self, args=None, run=True):
+        super().__init__(
+            SeqVAE,
+            TextDataModule,
+            save_config_callback=RunDirConfig,
+            parser_kwargs={"parser_mode": "omegaconf", "exit_on_error": False},
+            seed_everything_default=1,
+            args=args,
+            run=run,
+        )
+
+    def add_arguments_to_parser(self, parser):
+        parser.link_arguments("data.vocab_size", "model.vocab_size", apply_on="instantiate")
+        parser.add_lightning_class_args(ModelCheckpoint, "checkpoint")
+        parser.set_defaults(
+            {
+                "checkpoint.monitor": "val/loss",
+                "checkpoint.filename": "best",
+                "checkpoint.save_last": True,
+                "checkpoint.auto_insert_metric_name": False,
+                "trainer.logger": lazy_instance(TensorBoardLogger, save_dir="runs", name="default", default_hp_metric=False),
+                "trainer.enable_progress_bar": False,
+            }
+        )
+        parser.add_lightning_class_args(PlateauRule, "plateau")
+
+    def before_fit(self):
+        summary = self.datamodule.summary()
+        for split, s in summary.items():
+            print(
+                f"seqvae: {split}: {s['texts']} texts, {s['predicted_tokens']} predicted tokens, "
+                f"unk {100 * s['unk_rate']:.2f}%, {s['empty_lines_skipped']} empty and {s['too_long_skipped']} too-long lines skipped",
+                file=sys.stderr,
+            )
+        print(f"seqvae: vocabulary {self.datamodule.vocab_size} ids; run directory {self.trainer.log_dir}", file=sys.stderr)
+
+    def after_fit(self):
+        if self.trainer.interrupted:
+            return
+        updates, seconds = self.model.num_updates, self.model.fit_seconds
+        best = self.trainer.checkpoint_callback.best_model_path or None
+        self.trainer.test(self.model, datamodule=self.datamodule, ckpt_path="best" if best else None)
+        self._write_metrics(
+            {"updates": updates, "fit_seconds": round(seconds, 1), "best_checkpoint": best, "epochs": self.trainer.current_epoch}
+        )
+
+    def after_test(self):
+        ckpt = self.config_init[self.subcommand].get("ckpt_path")
+        self._write_metrics({"checkpoint": ckpt})
+
+    def _write_metrics(self, extra: dict):
+        metrics = {k: float(v) for k, v in self.trainer.callback_metrics.items() if k.startswith("test/")}
+        metrics.update({"best_updates": self.model.num_updates, **extra})
+        metrics["data"] = self.datamodule.summary()
+        run_dir = Path(self.trainer.log_dir)
+        path = write_json_atomic(run_dir / "metrics.json", metrics)
+        width = max(len(k) for k in metrics)
+        print(f"seqvae: wrote {path}")
+        for k, v in sorted(metrics.items()):
+            if k.startswith("test/"):
+                print(f"  {k:<{width}}  {v:.4f}")
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["download"]:
+        from .download import main as download_main
+
+        sys.exit(download_main(argv[1:]))
+    try:
+        SeqVAECLI(args=argv)
+    except (CorpusError, ArgumentError) as err:
+        message = " ".join(str(err).split())  # one line, whatever jsonargparse nested
+        print(f"seqvae: error: {message}", file=sys.stderr)
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,341 @@
+"""Corpora, vocabulary and batching.
+
+A corpus is one text per line, already tokenised (split on whitespace), optionally
+`label<TAB>text` (Yelp). Every sequence becomes `<s> w1 … wn </s>`; the decoder reads
+`<s> … wn` and predicts `w1 … </s>` (n + 1 predicted tokens).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator, Literal
+
+import pytorch_lightning as pl
+import torch
+from tokenizers import Tokenizer
+from tokenizers.models import WordLevel
+from tokenizers.pre_tokenizers import WhitespaceSplit
+from torch.utils.data import DataLoader, Sampler
+
+PAD, BOS, EOS = "<pad>", "<s>", "</s>"
+PAD_ID, BOS_ID, EOS_ID, UNK_ID = 0, 1, 2, 3
+
+
+class CorpusError(ValueError):
+    """Bad input data; the message names the file (and line) and is printed as one line."""
+
+
+@dataclass
+class Corpus:
+    texts: list[list[str]]
+    labels: list[str | None]
+    path: str
+    n_empty: int = 0  # empty / whitespace-only lines, skipped
+    n_too_long: int = 0  # lines longer than max_length tokens, skipped
+    line_numbers: list[int] = field(default_factory=list)  # 1-based, of each kept text
+
+
+def parse_line_range(spec: str | list[int] | tuple[int, int] | None) -> tuple[int, int] | None:
+    """'1-8000' or [1, 8000] -> (1, 8000), 1-based and inclusive."""
+    if spec is None:
+        return None
+    if isinstance(spec, str):
+        parts = spec.replace(":", "-").split("-")
+        if len(parts) != 2 or not all(p.strip().isdigit() for p in parts):
+            raise CorpusError(f"line range {spec!r}: expected 'FIRST-LAST', e.g. '1-8000'")
+        spec = (int(parts[0]), int(parts[1]))
+    first, last = int(spec[0]), int(spec[1])
+    if first < 1 or last < first:
+        raise CorpusError(f"line range {first}-{last}: need 1 <= FIRST <= LAST")
+    return first, last
+
+
+def read_corpus(
+    path: str | Path,
+    lines: str | list[int] | tuple[int, int] | None = None,
+    label_column: bool = False,
+    max_length: int | None = None,
+) -> Corpus:
+    """Reads one text per line. Empty lines are skipped and counted, never an error.
+
+    `\\r\\n` endings are accepted; a missing final newline is fine. Tokens are split on any
+    Unicode whitespace (str.split), the same rule the tokenizer's WhitespaceSplit applies.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise CorpusError(f"{path}: no such file")
+    span = parse_line_range(lines)
+    raw = path.read_bytes()
+    corpus = Corpus([], [], str(path))
+    # Split on \n only: str.splitlines() would also split on \x0b, \x1c, \u2028 …, so line
+    # numbers in errors would not match what an editor shows.
+    for number, line in enumerate(raw.split(b"\n"), start=1):
+        if span is not None and not (span[0] <= number <= span[1]):
+            if number > span[1]:
+                break
+            continue
+        try:
+            text = line.decode("utf-8")
+        except UnicodeDecodeError as err:
+            raise CorpusError(f"{path}:{number}: not valid UTF-8 (byte {err.start})") from None
+        label = None
+        if label_column and "\t" in text:
+            label, text = text.split("\t", 1)
+        tokens = text.split()
+        if not tokens:
+            corpus.n_empty += 1
+            continue
+        if max_length is not None and len(tokens) > max_length:
+            corpus.n_too_long += 1
+            continue
+        corpus.texts.append(tokens)
+        corpus.labels.append(label)
+        corpus.line_numbers.append(number)
+    if span is not None and number < span[1]:
+        raise CorpusError(f"{path}: line range {span[0]}-{span[1]} but the file has {number} lines")
+    if raw.endswith(b"\n"):  # the empty piece after the final newline is not a line
+        corpus.n_empty -= 1
+    if not corpus.texts:
+        where = f" (lines {span[0]}-{span[1]})" if span else ""
+        raise CorpusError(f"{path}{where}: no non-empty lines")
+    return corpus
+
+
+class Vocabulary:
+    """Word-level vocabulary backed by an HF `tokenizers` WordLevel model.
+
+    Ids 0–3 are pad, `<s>`, `</s>` and the unknown token. The id map is built here rather than
+    with WordLevelTrainer: when the unknown token is itself a corpus word (`_UNK` in Yahoo/Yelp)
+    the trainer gives it a second id and leaves id 3 empty (tokenizers 0.23). The specials are
+    not registered as "added tokens" either, which would split a word such as `a<s>b`.
+    """
+
+    def __init__(self, tokenizer: Tokenizer, unk_token: str):
+        self.tokenizer = tokenizer
+        self.unk_token = unk_token
+        self._id_to_token = {i: t for t, i in tokenizer.get_vocab().items()}
+
+    @classmethod
+    def build(
+        cls,
+        texts: list[list[str]],
+        unk_token: str = "<unk>",
+        min_freq: int = 1,
+        max_size: int | None = None,
+    ) -> "Vocabulary":
+        counts = Counter(tok for text in texts for tok in text)
+        for special in (PAD, BOS, EOS, unk_token):
+            counts.pop(special, None)
+        # Most frequent first, ties alphabetically: the id map is a pure function of the data.
+        words = sorted((w for w, c in counts.items() if c >= min_freq), key=lambda w: (-counts[w], w))
+        if max_size is not None:
+            words = words[:max_size]
+        vocab = {PAD: PAD_ID, BOS: BOS_ID, EOS: EOS_ID, unk_token: UNK_ID}
+        vocab.update({w: i for i, w in enumerate(words, start=len(vocab))})
+        tokenizer = Tokenizer(WordLevel(vocab, unk_token=unk_token))
+        tokenizer.pre_tokenizer = WhitespaceSplit()
+        return cls(tokenizer, unk_token)
+
+    def __len__(self) -> int:
+        return self.tokenizer.get_vocab_size()
+
+    def encode(self, texts: list[list[str]]) -> list[list[int]]:
+        """Token lists -> ids with `<s>`/`</s>` around each."""
+        if not texts:
+            return []
+        encodings = self.tokenizer.encode_batch(texts, is_pretokenized=True, add_special_tokens=False)
+        return [[BOS_ID, *e.ids, EOS_ID] for e in encodings]
+
+    def decode(self, ids: list[int]) -> str:
+        """Ids -> text, stopping at `</s>`, dropping `<s>`/pad; unknown words stay visible."""
+        words = []
+        for i in ids:
+            if i == EOS_ID:
+                break
+            if i in (BOS_ID, PAD_ID):
+                continue
+            words.append(self._id_to_token[int(i)])
+        return " ".join(words)
+
+    def to_str(self) -> str:
+        return json.dumps({"unk_token": self.unk_token, "tokenizer": json.loads(self.tokenizer.to_str())})
+
+    @classmethod
+    def from_str(cls, s: str) -> "Vocabulary":
+        d = json.loads(s)
+        return cls(Tokenizer.from_str(json.dumps(d["tokenizer"])), d["unk_token"])
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(self.to_str())
+
+    @classmethod
+    def load(cls, path: str | Path) -> "Vocabulary":
+        return cls.from_str(Path(path).read_text())
+
+
+def collate(batch: list[torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Pads `<s> … </s>` id sequences. tokens (B, T), lengths (B,) count `<s>` and `</s>`."""
+    lengths = torch.tensor([len(x) for x in batch])
+    tokens = torch.full((len(batch), int(lengths.max())), PAD_ID, dtype=torch.long)
+    for i, x in enumerate(batch):
+        tokens[i, : len(x)] = x
+    return {"tokens": tokens, "lengths": lengths}
+
+
+class BucketBatchSampler(Sampler[list[int]]):
+    """The reference batching: sort by length, cut runs of EQUAL length into batches of at most
+    `batch_size`, keep those batches fixed, visit them in a fresh random order each epoch.
+    No batch holds padding. With `shuffle=False` the order is by length (evaluation)."""
+
+    def __init__(self, lengths: list[int], batch_size: int, shuffle: bool, seed: int = 0):
+        self.batch_size, self.shuffle, self.seed, self.epoch = batch_size, shuffle, seed, 0
+        by_length: dict[int, list[int]] = {}
+        for i, n in enumerate(lengths):
+            by_length.setdefault(n, []).append(i)
+        self.batches = [
+            idx[s : s + batch_size] for n in sorted(by_length) for idx in [by_length[n]] for s in range(0, len(idx), batch_size)
+        ]
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __iter__(self) -> Iterator[list[int]]:
+        order = list(range(len(self.batches)))
+        if self.shuffle:
+            # Seeded by (seed, epoch), not by the global RNG: the epoch's order is reproducible
+            # and does not depend on what else drew random numbers.
+            random.Random(self.seed * 1_000_003 + self.epoch).shuffle(order)
+            self.epoch += 1
+        return iter([self.batches[i] for i in order])
+
+    def __len__(self) -> int:
+        return len(self.batches)
+
+
+class RandomBatchSampler(BucketBatchSampler):
+    """Padded batches of random sentences (mixed lengths), reshuffled every epoch."""
+
+    def __init__(self, lengths: list[int], batch_size: int, shuffle: bool, seed: int = 0):
+        self.batch_size, self.shuffle, self.seed, self.epoch = batch_size, shuffle, seed, 0
+        self.n = len(lengths)
+        self.batches = [list(range(s, min(s + batch_size, self.n))) for s in range(0, self.n, batch_size)]
+
+    def __iter__(self) -> Iterator[list[int]]:
+        if not self.shuffle:
+            return iter(self.batches)
+        perm = list(range(self.n))
+        random.Random(self.seed * 1_000_003 + self.epoch).shuffle(perm)
+        self.epoch += 1
+        return iter([perm[s : s + self.batch_size] for s in range(0, self.n, self.batch_size)])
+
+
+SAMPLERS = {"bucket": BucketBatchSampler, "padded": RandomBatchSampler}
+
+
+class TextDataModule(pl.LightningDataModule):
+    """Train/validation/test splits of a one-text-per-line corpus.
+
+    The vocabulary is built from the training split in `__init__`, so that LightningCLI can link
+    `data.vocab_size` to the model when both are instantiated.
+
+    Args:
+        train: Training file.
+        val: Validation file (default: the training file, with `val_lines`).
+        test: Test file (default: the training file, with `test_lines`).
+        train_lines: 1-based inclusive line range of `train` to use, e.g. "1-8000"; all if unset.
+        val_lines: Line range of the validation file.
+        test_lines: Line range of the test file.
+        unk_token: The corpus's unknown-word token (`_UNK` for Yahoo/Yelp, `<unk>` for PTB).
+        label_column: Lines are `label<TAB>text`; the label is kept as metadata, not modelled.
+        min_freq: Training words seen fewer times map to the unknown token.
+        max_vocab: Keep at most this many words (most frequent), besides the 4 reserved ids.
+        max_length: Skip (and count) texts longer than this many tokens, in every split.
+        batch_size: Sentences per batch.
+        batching: "bucket": equal-length batches, no padding (the reference); "padded": random
+            sentences padded to the batch's longest, with masks.
+        eval_batch_size: Batch size for validation/test (MI per batch uses these batches).
+        num_workers: DataLoader workers.
+        seed: Seed of the batch order (epoch e uses seed and e).
+    """
+
+    def __init__(
+        self,
+        train: str,
+        val: str | None = None,
+        test: str | None = None,
+        train_lines: str | None = None,
+        val_lines: str | None = None,
+        test_lines: str | None = None,
+        unk_token: str = "<unk>",
+        label_column: bool = False,
+        min_freq: int = 1,
+        max_vocab: int | None = None,
+        max_length: int | None = None,
+        batch_size: int = 32,
+        batching: Literal["bucket", "padded"] = "bucket",
+        eval_batch_size: int = 32,
+        num_workers: int = 0,
+        seed: int = 0,
+    ):
+        super().__init__()
+        self.save_hyperparameters()
+        self.corpora: dict[str, Corpus] = {}
+        for split, path, lines in (
+            ("train", train, train_lines),
+            ("val", val or train, val_lines),
+            ("test", test or train, test_lines),
+        ):
+            self.corpora[split] = read_corpus(path, lines, label_column, max_length)
+        self.vocab = Vocabulary.build(self.corpora["train"].texts, unk_token, min_freq, max_vocab)
+        self.ids = {s: [torch.tensor(x) for x in self.vocab.encode(c.texts)] for s, c in self.corpora.items()}
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self.vocab)
+
+    def summary(self) -> dict[str, dict[str, float]]:
+        """Sizes, skipped lines and unknown-token rate per split (reported at fit start)."""
+        out = {}
+        for split, corpus in self.corpora.items():
+            ids = torch.cat(self.ids[split])
+            words = ids[(ids != BOS_ID) & (ids != EOS_ID)]
+            out[split] = {
+                "texts": len(corpus.texts),
+                "tokens": int(words.numel()),
+                "predicted_tokens": int(words.numel()) + len(corpus.texts),
+                "unk_rate": float((words == UNK_ID).float().mean()),
+                "empty_lines_skipped": corpus.n_empty,
+                "too_long_skipped": corpus.n_too_long,
+            }
+        return out
+
+    def _loader(self, split: str, shuffle: bool) -> DataLoader:
+        data = self.ids[split]
+        batch_size = self.hparams.batch_size if split == "train" else self.hparams.eval_batch_size
+        sampler = SAMPLERS[self.hparams.batching]([len(x) for x in data], batch_size, shuffle, self.hparams.seed)
+        if shuffle and self.trainer is not None:
+            sampler.set_epoch(self.trainer.current_epoch)
+        return DataLoader(data, batch_sampler=sampler, collate_fn=collate, num_workers=self.hparams.num_workers)
+
+    def train_dataloader(self) -> DataLoader:
+        return self._loader("train", shuffle=True)
+
+    def val_dataloader(self) -> DataLoader:
+        return self._loader("val", shuffle=False)
+
+    def test_dataloader(self) -> DataLoader:
+        return self._loader("test", shuffle=False)
+
+    def predict_dataloader(self) -> DataLoader:
+        return self._loader("test", shuffle=False)
+
+    def random_train_batch(self, generator: random.Random) -> dict[str, torch.Tensor]:
+        """One uniformly drawn training batch (aggressive training's inner loop)."""
+        data = self.ids["train"]
+        if not hasattr(self, "_train_batches"):
+            self._train_batches = SAMPLERS[self.hparams.batching]([len(x) for x in data], self.hparams.batch_size, False).batches
+        return collate([data[i] for i in generator.choice(self._train_batches)])

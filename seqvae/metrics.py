@@ -1,0 +1,154 @@
+"""Collapse metrics (SPEC §6). Units: nats per sentence unless named otherwise; perplexities are
+per predicted token (the n words and `</s>`; `<s>` is never predicted).
+
+Everything that accumulates over an evaluation set lives in one torchmetrics `Metric`
+(`EvalMetrics`) whose states are sums or concatenations, so a DDP run reduces them across
+processes and gets the whole-set values, and one pass over the data computes every metric.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+import torch
+from torchmetrics import Metric
+
+LOG_2PI = math.log(2 * math.pi)
+
+
+def log_normal(z: torch.Tensor, mu: torch.Tensor, logvar: torch.Tensor) -> torch.Tensor:
+    """log N(z; mu, diag σ²) with its constant. z (B, K, Z), mu/logvar (B, Z) -> (B, K)."""
+    mu, logvar = mu.unsqueeze(1), logvar.unsqueeze(1)
+    return -0.5 * (((z - mu) ** 2) / logvar.exp() + logvar + LOG_2PI).sum(-1)
+
+
+def log_standard_normal(z: torch.Tensor) -> torch.Tensor:
+    return -0.5 * (z**2 + LOG_2PI).sum(-1)
+
+
+def sample_posterior(mu: torch.Tensor, logvar: torch.Tensor, k: int, generator=None) -> torch.Tensor:
+    """z = mu + σ·ε: (B, K, Z)."""
+    eps = torch.randn((mu.size(0), k, mu.size(1)), generator=generator, device=mu.device, dtype=mu.dtype)
+    return mu.unsqueeze(1) + (0.5 * logvar).exp().unsqueeze(1) * eps
+
+
+LogLikelihood = Callable[[torch.Tensor], torch.Tensor]  # z (B, K, Z) -> log p(x | z) (B, K)
+
+
+def iw_log_weights(
+    log_likelihood: LogLikelihood, mu: torch.Tensor, logvar: torch.Tensor, n_samples: int, chunk: int, generator=None
+) -> torch.Tensor:
+    """log w_k = log p(x|z_k) + log p(z_k) - log q(z_k|x) for K samples, decoded `chunk` samples
+    at a time (the decoder batch is B·chunk sequences): (B, K)."""
+    out = []
+    for start in range(0, n_samples, chunk):
+        z = sample_posterior(mu, logvar, min(chunk, n_samples - start), generator)
+        out.append(log_likelihood(z) + log_standard_normal(z) - log_normal(z, mu, logvar))
+    return torch.cat(out, dim=1)
+
+
+def iw_nll(
+    log_likelihood: LogLikelihood, mu: torch.Tensor, logvar: torch.Tensor, n_samples: int, chunk: int, generator=None
+) -> torch.Tensor:
+    """Importance-weighted NLL estimate per sentence: -(logsumexp_k log w_k - log K), (B,).
+    The encoder runs once; the K samples are batched with the sentences."""
+    log_w = iw_log_weights(log_likelihood, mu, logvar, n_samples, chunk, generator)
+    return -(torch.logsumexp(log_w, dim=1) - math.log(n_samples))
+
+
+def mutual_information(mu: torch.Tensor, logvar: torch.Tensor, generator=None, chunk: int = 1024) -> torch.Tensor:
+    """I(x; z) = E[-H(q(z|x))] - E[log q(z)] with the aggregate posterior q(z) the mixture of the
+    M posteriors given (He et al.'s estimator; the pool is whatever rows are passed). One z_i per
+    posterior. Bounded above by log M."""
+    m, nz = mu.shape
+    neg_entropy = (-0.5 * nz * LOG_2PI - 0.5 * (1 + logvar).sum(-1)).mean()
+    z = sample_posterior(mu, logvar, 1, generator).squeeze(1)  # (M, Z)
+    log_qz = torch.cat(
+        # log q(z_i) = logsumexp_j log N(z_i; mu_j, σ_j²) - log M; rows of z in chunks, O(M²Z).
+        [torch.logsumexp(log_normal(z[s : s + chunk].unsqueeze(0).expand(m, -1, -1), mu, logvar), dim=0) for s in range(0, m, chunk)]
+    ) - math.log(m)
+    return neg_entropy - log_qz.mean()
+
+
+def active_units(mu_sum: torch.Tensor, mu_sq_sum: torch.Tensor, n: int, threshold: float = 0.01) -> torch.Tensor:
+    """Number of dimensions whose posterior mean varies over the data: Var_x(E_q[z_d]) (divisor
+    N-1) ≥ threshold, from float64 sums so that the set can be fed in any chunks."""
+    var = (mu_sq_sum - mu_sum**2 / n) / (n - 1)
+    return (var >= threshold).sum()
+
+
+def pairwise_cosine_from_sum(unit_sum: torch.Tensor, n: int) -> torch.Tensor:
+    """Mean cos(h_i, h_j) over ordered pairs i ≠ j, exactly, from Σ_i h_i/‖h_i‖:
+    Σ_{i≠j} u_i·u_j = ‖Σ u_i‖² - N."""
+    return (unit_sum.pow(2).sum() - n) / (n * (n - 1))
+
+
+class EvalMetrics(Metric):
+    """Every evaluation metric in one pass.
+
+    `update` takes per-sentence reconstruction (summed cross-entropy) and KL, the number of
+    predicted tokens, the posterior (mu, logvar), the encoder features and, optionally,
+    the per-sentence IW-NLL. MI per batch (`mi`) uses each update's rows as the pool, weighted
+    by batch size; `mi_dataset` pools the whole set (stored, computed once at the end).
+    """
+
+    full_state_update = False
+
+    def __init__(self, latent_dim: int, feature_dim: int, mi_dataset: bool = True, seed: int = 0):
+        super().__init__()
+        self.latent_dim, self.with_mi_dataset, self.seed = latent_dim, mi_dataset, seed
+        f64 = dict(dtype=torch.float64)
+        for name in ("n", "tokens", "rec", "kl", "iw_n", "iw", "mi"):
+            self.add_state(name, torch.zeros((), **f64), dist_reduce_fx="sum")
+        self.add_state("mu_sum", torch.zeros(latent_dim, **f64), dist_reduce_fx="sum")
+        self.add_state("mu_sq_sum", torch.zeros(latent_dim, **f64), dist_reduce_fx="sum")
+        self.add_state("unit_sum", torch.zeros(feature_dim, **f64), dist_reduce_fx="sum")
+        if mi_dataset:
+            self.add_state("mus", [], dist_reduce_fx="cat")
+            self.add_state("logvars", [], dist_reduce_fx="cat")
+
+    def update(self, rec, kl, n_tokens, mu=None, logvar=None, features=None, iw_nll=None, mi_generator=None) -> None:
+        b = rec.numel()
+        self.n += b
+        self.tokens += n_tokens.sum()
+        self.rec += rec.sum()
+        self.kl += kl.sum()
+        if iw_nll is not None:
+            self.iw_n += b
+            self.iw += iw_nll.sum()
+        if mu is None:
+            return
+        mu64 = mu.double()
+        self.mu_sum += mu64.sum(0)
+        self.mu_sq_sum += (mu64**2).sum(0)
+        self.unit_sum += torch.nn.functional.normalize(features.double(), dim=-1).sum(0)
+        self.mi += b * mutual_information(mu.double(), logvar.double(), mi_generator)
+        if self.with_mi_dataset:
+            self.mus.append(mu.detach())
+            self.logvars.append(logvar.detach())
+
+    def compute(self) -> dict[str, torch.Tensor]:
+        n = self.n
+        out = {
+            "loss": (self.rec + self.kl) / n,  # -ELBO with KL weight 1: the model-selection value
+            "rec": self.rec / n,
+            "kl": self.kl / n,
+            "elbo_ppl": torch.exp((self.rec + self.kl) / self.tokens),
+        }
+        if self.iw_n > 0:
+            out["iw_nll"] = self.iw / self.iw_n
+            out["iw_ppl"] = torch.exp(self.iw / self.tokens) if self.iw_n == n else torch.tensor(float("nan"))
+        if self.latent_dim:
+            out["mi"] = self.mi / n
+            out["au"] = active_units(self.mu_sum, self.mu_sq_sum, int(n))
+            out["feature_cos"] = pairwise_cosine_from_sum(self.unit_sum, int(n))
+            if self.with_mi_dataset:
+                mus, logvars = _cat(self.mus), _cat(self.logvars)
+                gen = torch.Generator(device=mus.device).manual_seed(self.seed)
+                out["mi_dataset"] = mutual_information(mus.double(), logvars.double(), gen)
+        return {k: v.float() for k, v in out.items()}
+
+
+def _cat(x):
+    return torch.cat(x) if isinstance(x, list) else x

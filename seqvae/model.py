@@ -1,0 +1,277 @@
+"""SeqVAE: the LSTM sequence VAE of Bowman et al. (2016) / He et al. (2019) as a LightningModule.
+
+Read top to bottom: construction, the loss terms of one batch, the training step (manual
+optimisation with an encoder and a decoder optimiser, as aggressive training needs), the
+evaluation steps feeding `EvalMetrics`, checkpoint extras, and the Python API.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytorch_lightning as pl
+import torch
+
+from .data import PAD_ID, UNK_ID, Vocabulary, collate
+from .losses import KLPenalty, Regularizer, StandardKL, gaussian_kl
+from .metrics import EvalMetrics, iw_nll, sample_posterior
+from .networks import LSTMDecoder, LSTMEncoder, Pooling
+from .schedules import KLSchedule, LinearKLWarmup
+
+
+class SeqVAE(pl.LightningModule):
+    """LSTM encoder → Gaussian q(z|x) → LSTM decoder p(x|z), trained on rec + w·KL.
+
+    Args:
+        vocab_size: Vocabulary size (linked from `data.vocab_size` by the CLI).
+        embed_dim: Word embedding size of encoder and decoder (512 in the paper).
+        hidden_dim: LSTM size of encoder and decoder (1024 in the paper).
+        latent_dim: Size of z (32 in the paper). 0 gives the LSTM language model baseline.
+        pooling: Encoder feature: "last" hidden state (reference), or "avg"/"max"/"abs" over time.
+        dropout_in: Dropout on decoder input embeddings.
+        dropout_out: Dropout on decoder LSTM outputs.
+        word_dropout: Probability of replacing each decoder input word after `<s>` by unk (Bowman).
+        skip: SkipVAE (Dieng et al. 2019): z also enters the decoder's output layer.
+        kl_schedule: KL weight per update (default: linear warm-up from 0.1 over 10 epochs).
+        kl_penalty: The KL term in the training loss (default: the true KL; or free bits).
+        regularizers: Extra loss terms on encoder features, e.g. CosineDispersion.
+        lr: SGD learning rate of both optimisers (1.0 in He et al.).
+        grad_clip: Clip the norm of the whole gradient (all parameters together) at this value.
+        val_iw_samples: Importance samples for IW-NLL during validation (0: off).
+        test_iw_samples: Importance samples for IW-NLL at test (500 in the papers).
+        iw_max_elements: Memory budget of one IW decoder chunk, in logits (B·K·T·V) elements.
+        mi_dataset: Also compute MI with the whole evaluation set as the pool (Li et al.).
+        init_encoder_from: Checkpoint whose encoder (embedding, LSTM, posterior layer) replaces
+            this model's before training (encoder pretraining); the decoder stays fresh.
+    """
+
+    def __init__(
+        self,
+        vocab_size: int,
+        embed_dim: int = 512,
+        hidden_dim: int = 1024,
+        latent_dim: int = 32,
+        pooling: Pooling = "last",
+        dropout_in: float = 0.5,
+        dropout_out: float = 0.5,
+        word_dropout: float = 0.0,
+        skip: bool = False,
+        kl_schedule: KLSchedule | None = None,
+        kl_penalty: KLPenalty | None = None,
+        regularizers: list[Regularizer] | None = None,
+        lr: float = 1.0,
+        grad_clip: float = 5.0,
+        val_iw_samples: int = 0,
+        test_iw_samples: int = 500,
+        iw_max_elements: int = 2**26,
+        mi_dataset: bool = True,
+        init_encoder_from: str | None = None,
+    ):
+        super().__init__()
+        self.save_hyperparameters()
+        self.automatic_optimization = False  # two optimisers; aggressive training steps them apart
+        self.kl_schedule = kl_schedule or LinearKLWarmup()
+        self.kl_penalty = kl_penalty or StandardKL()
+        self.regularizers = list(regularizers or [])
+        self.encoder = LSTMEncoder(vocab_size, embed_dim, hidden_dim, latent_dim, pooling) if latent_dim else None
+        self.decoder = LSTMDecoder(vocab_size, embed_dim, hidden_dim, latent_dim, dropout_in, dropout_out, skip)
+        self.val_metrics = EvalMetrics(latent_dim, hidden_dim, mi_dataset)
+        self.test_metrics = EvalMetrics(latent_dim, hidden_dim, mi_dataset)
+        self.num_updates = 0  # optimiser updates of the whole model; drives the KL schedule
+        self.fit_seconds = 0.0  # training wall time, accumulated across resumes
+        self.vocab: Vocabulary | None = None
+
+    # ---------------------------------------------------------------- loss of one batch
+    def kl_weight(self) -> float:
+        return self.kl_schedule.weight(self.num_updates, max(1, int(self.trainer.num_training_batches)), self.trainer.max_epochs or 1)
+
+    def decoder_inputs(self, tokens: torch.Tensor) -> torch.Tensor:
+        inputs = tokens[:, :-1]
+        p = self.hparams.word_dropout
+        if p > 0 and self.training:
+            drop = torch.rand(inputs.shape, device=inputs.device) < p
+            drop[:, 0] = False  # `<s>` is kept
+            inputs = inputs.masked_fill(drop & (inputs != PAD_ID), UNK_ID)
+        return inputs
+
+    def loss_terms(self, batch: dict[str, torch.Tensor], kl_weight: float) -> dict[str, torch.Tensor]:
+        """Training loss (mean over sentences) and its parts, one z sample per sentence."""
+        tokens, lengths = batch["tokens"], batch["lengths"]
+        inputs = self.decoder_inputs(tokens)
+        if self.encoder is None:  # language model
+            rec = -self.decoder.log_likelihood(tokens, lengths, None, inputs)[:, 0]
+            return {"loss": rec.mean(), "rec": rec.mean().detach()}
+        mu, logvar, h = self.encoder(tokens, lengths)
+        z = sample_posterior(mu, logvar, 1)  # (B, 1, Z)
+        rec = -self.decoder.log_likelihood(tokens, lengths, z, inputs)[:, 0]  # (B,)
+        kl_dims = gaussian_kl(mu, logvar)  # (B, Z)
+        loss = (rec + kl_weight * self.kl_penalty(kl_dims)).mean()
+        terms = {"rec": rec.mean().detach(), "kl": kl_dims.sum(-1).mean().detach()}
+        for reg in self.regularizers:
+            value = reg(h)
+            loss = loss + value
+            terms[reg.name] = value.detach()
+        terms["loss"] = loss
+        return terms
+
+    # ---------------------------------------------------------------- training
+    def configure_optimizers(self):
+        groups = [m for m in (self.encoder, self.decoder) if m is not None]
+        return [torch.optim.SGD(m.parameters(), lr=self.hparams.lr) for m in groups]
+
+    def _optimizers(self) -> list:
+        opts = self.optimizers()
+        return opts if isinstance(opts, list) else [opts]
+
+    def training_step(self, batch, batch_idx):
+        weight = self.kl_weight()
+        terms = self.loss_terms(batch, weight)
+        opts = self._optimizers()
+        for opt in opts:
+            opt.zero_grad()
+        self.manual_backward(terms["loss"])
+        # The reference clips the norm of all gradients together, not per optimiser.
+        torch.nn.utils.clip_grad_norm_(self.parameters(), self.hparams.grad_clip)
+        for opt in opts:
+            opt.step()
+        self.num_updates += 1
+        self.log_dict({f"train/{k}": v for k, v in terms.items()}, batch_size=batch["tokens"].size(0))
+        self.log("train/kl_weight", weight)
+        self.log("train/updates", float(self.num_updates))
+
+    def on_train_start(self):
+        self._fit_clock = time.monotonic()
+        if self.vocab is None and self.trainer.datamodule is not None:
+            self.vocab = self.trainer.datamodule.vocab
+
+    def _tick(self):
+        if getattr(self, "_fit_clock", None) is not None:
+            now = time.monotonic()
+            self.fit_seconds += now - self._fit_clock
+            self._fit_clock = now
+
+    def on_train_end(self):
+        self._tick()
+        self._fit_clock = None
+
+    def setup(self, stage: str):
+        dm = self.trainer.datamodule if self._trainer is not None else None
+        if dm is not None and self.vocab is None:
+            self.vocab = dm.vocab
+        if stage == "fit" and self.hparams.init_encoder_from and self.encoder is not None:
+            # Runs before Lightning restores a resumed run's own checkpoint, which then
+            # overwrites these weights: resuming never re-initialises anything.
+            state = torch.load(self.hparams.init_encoder_from, map_location="cpu", weights_only=False)["state_dict"]
+            encoder_state = {k[len("encoder.") :]: v for k, v in state.items() if k.startswith("encoder.")}
+            self.encoder.load_state_dict(encoder_state)
+
+    # ---------------------------------------------------------------- evaluation
+    def _iw_chunk(self, tokens: torch.Tensor) -> int:
+        per_sample = tokens.size(0) * tokens.size(1) * self.hparams.vocab_size
+        return max(1, self.hparams.iw_max_elements // per_sample)
+
+    def _eval_step(self, batch, metrics: EvalMetrics, n_iw: int) -> None:
+        tokens, lengths = batch["tokens"], batch["lengths"]
+        n_predicted = lengths - 1
+        if self.encoder is None:
+            nll = -self.decoder.log_likelihood(tokens, lengths, None)[:, 0]  # exact
+            metrics.update(nll, torch.zeros_like(nll), n_predicted, iw_nll=nll if n_iw else None)
+            return
+        mu, logvar, h = self.encoder(tokens, lengths)
+        rec = -self.decoder.log_likelihood(tokens, lengths, sample_posterior(mu, logvar, 1))[:, 0]
+        kl = gaussian_kl(mu, logvar).sum(-1)
+        iw = None
+        if n_iw:
+            iw = iw_nll(lambda z: self.decoder.log_likelihood(tokens, lengths, z), mu, logvar, n_iw, self._iw_chunk(tokens))
+        metrics.update(rec, kl, n_predicted, mu, logvar, h, iw)
+
+    def _log_eval(self, stage: str, metrics: EvalMetrics) -> dict[str, float]:
+        values = {f"{stage}/{k}": v for k, v in metrics.compute().items()}
+        metrics.reset()
+        self.log_dict(values)
+        return values
+
+    def validation_step(self, batch, batch_idx):
+        self._eval_step(batch, self.val_metrics, self.hparams.val_iw_samples)
+
+    def on_validation_epoch_end(self):
+        self._log_eval("val", self.val_metrics)
+        if not self.trainer.sanity_checking and self.trainer.training:
+            self._tick()
+            self.log("train/lr", self._optimizers()[0].param_groups[0]["lr"])
+            self.log("train/wall_seconds", self.fit_seconds)
+
+    def test_step(self, batch, batch_idx):
+        self._eval_step(batch, self.test_metrics, self.hparams.test_iw_samples)
+
+    def on_test_epoch_end(self):
+        self._log_eval("test", self.test_metrics)
+
+    # ---------------------------------------------------------------- checkpoint extras
+    def on_save_checkpoint(self, checkpoint):
+        self._tick()
+        checkpoint["seqvae"] = {"num_updates": self.num_updates, "fit_seconds": self.fit_seconds}
+        if self.vocab is not None:
+            checkpoint["vocab"] = self.vocab.to_str()
+
+    def on_load_checkpoint(self, checkpoint):
+        extra = checkpoint.get("seqvae", {})
+        self.num_updates = extra.get("num_updates", 0)
+        self.fit_seconds = extra.get("fit_seconds", 0.0)
+        if "vocab" in checkpoint:
+            self.vocab = Vocabulary.from_str(checkpoint["vocab"])
+
+    # ---------------------------------------------------------------- Python API
+    def _batches(self, texts: list[str], batch_size: int):
+        if self.vocab is None:
+            raise RuntimeError("this model has no vocabulary: load it from a checkpoint or train it first")
+        ids = self.vocab.encode([t.split() for t in texts])
+        for s in range(0, len(ids), batch_size):
+            batch = collate([torch.tensor(x) for x in ids[s : s + batch_size]])
+            yield {k: v.to(self.device) for k, v in batch.items()}
+
+    def _evaluate(self, texts: list[str], per_batch, batch_size: int):
+        was_training = self.training
+        self.eval()
+        try:
+            with torch.inference_mode():
+                outs = [per_batch(b) for b in self._batches(list(texts), batch_size)]
+        finally:
+            self.train(was_training)
+        return outs
+
+    def encode(self, texts: list[str], batch_size: int = 64) -> tuple[torch.Tensor, torch.Tensor]:
+        """Posterior parameters (mu, logvar), each (N, Z), for whitespace-tokenised texts."""
+        outs = self._evaluate(texts, lambda b: self.encoder(b["tokens"], b["lengths"])[:2], batch_size)
+        z = self.hparams.latent_dim
+        if not outs:
+            return torch.empty(0, z), torch.empty(0, z)
+        return torch.cat([o[0] for o in outs]), torch.cat([o[1] for o in outs])
+
+    def elbo(self, texts: list[str], batch_size: int = 64) -> torch.Tensor:
+        """Negative ELBO per text in nats (one z sample), (N,)."""
+
+        def per_batch(b):
+            tokens, lengths = b["tokens"], b["lengths"]
+            if self.encoder is None:
+                return -self.decoder.log_likelihood(tokens, lengths, None)[:, 0]
+            mu, logvar, _ = self.encoder(tokens, lengths)
+            rec = -self.decoder.log_likelihood(tokens, lengths, sample_posterior(mu, logvar, 1))[:, 0]
+            return rec + gaussian_kl(mu, logvar).sum(-1)
+
+        outs = self._evaluate(texts, per_batch, batch_size)
+        return torch.cat(outs) if outs else torch.empty(0)
+
+    def iw_nll(self, texts: list[str], n_samples: int = 500, batch_size: int = 16) -> torch.Tensor:
+        """Importance-weighted NLL per text in nats, (N,); exact NLL for the language model."""
+
+        def per_batch(b):
+            tokens, lengths = b["tokens"], b["lengths"]
+            if self.encoder is None:
+                return -self.decoder.log_likelihood(tokens, lengths, None)[:, 0]
+            mu, logvar, _ = self.encoder(tokens, lengths)
+            return iw_nll(lambda z: self.decoder.log_likelihood(tokens, lengths, z), mu, logvar, n_samples, self._iw_chunk(tokens))
+
+        outs = self._evaluate(texts, per_batch, batch_size)
+        return torch.cat(outs) if outs else torch.empty(0)
+

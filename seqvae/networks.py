@@ -1,0 +1,134 @@
+"""The networks of He et al. (2019): an LSTM encoder with a choice of feature pooling
+(Long et al.) and an LSTM decoder that sees z at every step and in its initial state.
+
+Shapes: tokens (B, T) with `<s>` first; mask (B, T) true on real steps; lengths (B,);
+features h (B, H); mu, logvar (B, Z); z (B, K, Z).
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Literal
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+Pooling = Literal["last", "avg", "max", "abs"]
+
+
+# Every pooling sees all real steps (incl. `<s>` and `</s>`) and never padding. The LSTM runs
+# forward only, so outputs at real steps do not depend on the padding after them.
+def last_pool(h: torch.Tensor, mask: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+    return h[torch.arange(h.size(0), device=h.device), lengths - 1]
+
+
+def avg_pool(h: torch.Tensor, mask: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+    return (h * mask.unsqueeze(-1)).sum(1) / lengths.unsqueeze(-1).to(h.dtype)
+
+
+def max_pool(h: torch.Tensor, mask: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+    return h.masked_fill(~mask.unsqueeze(-1), float("-inf")).amax(1)
+
+
+def abs_pool(h: torch.Tensor, mask: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+    """Per dimension, the value of largest magnitude, sign kept (first step on ties)."""
+    magnitude = h.abs().masked_fill(~mask.unsqueeze(-1), -1.0)
+    index = magnitude.argmax(1, keepdim=True)  # argmax returns the first maximal index
+    return h.gather(1, index).squeeze(1)
+
+
+POOLINGS: dict[str, Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]] = {
+    "last": last_pool,
+    "avg": avg_pool,
+    "max": max_pool,
+    "abs": abs_pool,
+}
+
+
+def init_uniform(module: nn.Module) -> None:
+    """The reference initialisation: every weight U(-0.01, 0.01), embeddings U(-0.1, 0.1)."""
+    for p in module.parameters():
+        nn.init.uniform_(p, -0.01, 0.01)
+    for m in module.modules():
+        if isinstance(m, nn.Embedding):
+            nn.init.uniform_(m.weight, -0.1, 0.1)
+
+
+class LSTMEncoder(nn.Module):
+    def __init__(self, vocab_size: int, embed_dim: int, hidden_dim: int, latent_dim: int, pooling: Pooling):
+        super().__init__()
+        self.pool = POOLINGS[pooling]
+        self.embed = nn.Embedding(vocab_size, embed_dim)
+        self.lstm = nn.LSTM(embed_dim, hidden_dim, batch_first=True)
+        self.to_posterior = nn.Linear(hidden_dim, 2 * latent_dim, bias=False)
+        init_uniform(self)
+
+    def features(self, tokens: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        mask = torch.arange(tokens.size(1), device=tokens.device) < lengths.unsqueeze(1)  # (B, T)
+        h, _ = self.lstm(self.embed(tokens))  # (B, T, H)
+        return self.pool(h, mask, lengths)  # (B, H)
+
+    def forward(self, tokens: torch.Tensor, lengths: torch.Tensor):
+        """Returns mu, logvar (B, Z) and the pooled features h (B, H). log σ² is not clamped."""
+        h = self.features(tokens, lengths)
+        mu, logvar = self.to_posterior(h).chunk(2, dim=-1)
+        return mu, logvar, h
+
+
+class LSTMDecoder(nn.Module):
+    """p(x | z). With `latent_dim=0` it is a plain LSTM language model (zero initial state).
+
+    Args mirror the reference: dropout on the input embeddings and on the LSTM outputs; with
+    `skip=True` (SkipVAE, Dieng et al. 2019) z also enters the output layer.
+    """
+
+    def __init__(
+        self,
+        vocab_size: int,
+        embed_dim: int,
+        hidden_dim: int,
+        latent_dim: int,
+        dropout_in: float = 0.5,
+        dropout_out: float = 0.5,
+        skip: bool = False,
+    ):
+        super().__init__()
+        self.latent_dim, self.skip = latent_dim, skip and latent_dim > 0
+        self.embed = nn.Embedding(vocab_size, embed_dim)
+        self.dropout_in, self.dropout_out = nn.Dropout(dropout_in), nn.Dropout(dropout_out)
+        self.lstm = nn.LSTM(embed_dim + latent_dim, hidden_dim, batch_first=True)
+        self.z_to_c0 = nn.Linear(latent_dim, hidden_dim, bias=False) if latent_dim else None
+        self.z_to_out = nn.Linear(latent_dim, hidden_dim, bias=False) if self.skip else None
+        self.out = nn.Linear(hidden_dim, vocab_size, bias=False)
+        init_uniform(self)
+
+    def forward(self, inputs: torch.Tensor, z: torch.Tensor | None) -> torch.Tensor:
+        """inputs (N, T) decoder input ids; z (N, Z) or None -> logits (N, T, V)."""
+        x = self.dropout_in(self.embed(inputs))  # (N, T, E)
+        state = None
+        if self.latent_dim:
+            x = torch.cat([x, z.unsqueeze(1).expand(-1, x.size(1), -1)], dim=-1)
+            c0 = self.z_to_c0(z).unsqueeze(0)  # (1, N, H)
+            state = (torch.tanh(c0), c0)
+        out, _ = self.lstm(x, state)  # (N, T, H)
+        if self.skip:
+            out = out + self.z_to_out(z).unsqueeze(1)
+        return self.out(self.dropout_out(out))
+
+    def log_likelihood(self, tokens: torch.Tensor, lengths: torch.Tensor, z: torch.Tensor | None, inputs=None):
+        """log p(x | z) summed over the n + 1 predicted tokens.
+
+        tokens (B, T) `<s> … </s>`; z (B, K, Z) or None -> (B, K) (K = 1 without z).
+        `inputs` replaces the decoder's input ids (word dropout); default tokens[:, :-1].
+        """
+        B, T = tokens.shape
+        K = 1 if z is None else z.size(1)
+        inputs = tokens[:, :-1] if inputs is None else inputs
+        targets = tokens[:, 1:]  # (B, T-1)
+        flat_z = None if z is None else z.reshape(B * K, -1)
+        logits = self(inputs.repeat_interleave(K, 0), flat_z)  # (B*K, T-1, V)
+        nll = F.cross_entropy(
+            logits.reshape(B * K * (T - 1), -1), targets.repeat_interleave(K, 0).reshape(-1), reduction="none"
+        ).view(B, K, T - 1)
+        mask = torch.arange(T - 1, device=tokens.device) < (lengths - 1).unsqueeze(1)  # (B, T-1)
+        return -(nll * mask.unsqueeze(1)).sum(-1)

@@ -1,0 +1,64 @@
+"""KL weight schedules. `weight(update, updates_per_epoch, max_epochs)` is the weight used for
+optimiser update number `update` (0-based), driven by the module's own update counter (not
+`trainer.global_step`, which counts optimiser steps and doubles with two optimisers)."""
+
+from __future__ import annotations
+
+
+class KLSchedule:
+    """Interface: the KL weight for one training update."""
+
+    def weight(self, update: int, updates_per_epoch: int, max_epochs: int) -> float:
+        raise NotImplementedError
+
+
+class ConstantKL(KLSchedule):
+    """A fixed weight: 1.0 is the plain VAE, β ≠ 1 a β-VAE, 0.0 an autoencoder.
+
+    Args:
+        value: The KL weight.
+    """
+
+    def __init__(self, value: float = 1.0):
+        self.value = value
+
+    def weight(self, update: int, updates_per_epoch: int, max_epochs: int) -> float:
+        return self.value
+
+
+class LinearKLWarmup(KLSchedule):
+    """He et al.: the weight starts at `start` and rises by (1 - start)/(warmup_epochs · batches
+    per epoch) BEFORE every update, capped at 1. We use the true number of batches per epoch;
+    the reference divides by N/32, which ends its warm-up early when buckets leave short batches.
+
+    Args:
+        start: Weight before the first update (the reference's `kl_start`, 0.1 in the paper).
+        warmup_epochs: Epochs until the weight reaches 1 (10 in the paper).
+    """
+
+    def __init__(self, start: float = 0.1, warmup_epochs: float = 10.0):
+        self.start, self.warmup_epochs = start, warmup_epochs
+
+    def weight(self, update: int, updates_per_epoch: int, max_epochs: int) -> float:
+        if self.warmup_epochs <= 0:
+            return 1.0
+        step = (1.0 - self.start) / (self.warmup_epochs * updates_per_epoch)
+        return min(1.0, self.start + step * (update + 1))
+
+
+class CyclicalKL(KLSchedule):
+    """Fu et al. (2019): `cycles` cycles over the run; in each the weight rises linearly from 0
+    to 1 over the first `ratio` of the cycle, then holds at 1.
+
+    Args:
+        cycles: Number of cycles M over `max_epochs`.
+        ratio: Fraction R of each cycle spent rising.
+    """
+
+    def __init__(self, cycles: int = 4, ratio: float = 0.5):
+        self.cycles, self.ratio = cycles, ratio
+
+    def weight(self, update: int, updates_per_epoch: int, max_epochs: int) -> float:
+        period = max_epochs * updates_per_epoch / self.cycles
+        phase = (update % period) / period
+        return min(1.0, phase / self.ratio)

@@ -1,0 +1,283 @@
+"""`seqvae download`, offline: fake archives with the real releases' layout, served from file:// URLs."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import tarfile
+import threading
+import zipfile
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from seqvae import download
+
+YAHOO = {  # what the jxhe/vae-lagging-encoder yahoo tarball holds (plus a vocab we must ignore)
+    "yahoo_data/yahoo.train.txt": b"what is the best way to learn ?\nhow do i fix my car\n",
+    "yahoo_data/yahoo.valid.txt": b"where is paris\n",
+    "yahoo_data/yahoo.test.txt": b"why is the sky blue\n",
+    "yahoo_data/vocab.txt": b"<unk>\n",
+}
+YELP = {  # label<TAB>text lines must come through untouched
+    "yelp_data/yelp.train.txt": b"4\tgreat food , slow service\n0\tnever again\n",
+    "yelp_data/yelp.valid.txt": b"2\tit was ok\n",
+    "yelp_data/yelp.test.txt": b"3\tnice staff\n",
+}
+PTB = {  # Mikolov's files start each line with a space; keep it
+    "ptb.train.txt": b" aer banknote berlitz \n no it was n't black monday \n",
+    "ptb.valid.txt": b" consumers may want to move \n",
+    "ptb.test.txt": b" no it was n't \n",
+}
+
+
+def tar_gz(path: Path, files: dict[str, bytes]) -> Path:
+    with tarfile.open(path, "w:gz") as tar:
+        for name, data in files.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return path
+
+
+def zip_(path: Path, files: dict[str, bytes]) -> Path:
+    with zipfile.ZipFile(path, "w") as zf:
+        for name, data in files.items():
+            zf.writestr(name, data)
+    return path
+
+
+def splits(files: dict[str, bytes], pattern: str) -> dict[str, bytes]:
+    """Expected DEST/<name>/ contents: split file name -> bytes."""
+    by_base = {os.path.basename(k): v for k, v in files.items()}
+    return {f"{s}.txt": by_base[pattern.format(s)] for s in download.SPLITS}
+
+
+def contents(directory: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(directory.iterdir())}
+
+
+def run(capsys, *argv: str) -> tuple[int, str, str]:
+    rc = download.main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def assert_one_error(err: str, *needles: str) -> None:
+    lines = err.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("seqvae download: error:"), err
+    for needle in needles:
+        assert needle in lines[0]
+
+
+def test_yahoo_tar_gz(tmp_path, capsys):
+    archive = tar_gz(tmp_path / "yahoo.tar.gz", YAHOO)
+    dest = tmp_path / "data"
+    rc, out, err = run(capsys, "yahoo", "--dest", dest, "--url", archive.as_uri())
+    assert (rc, err) == (0, "")
+    assert contents(dest / "yahoo") == splits(YAHOO, "yahoo.{}.txt")
+    assert os.listdir(dest) == ["yahoo"]  # no temp dir left behind
+    assert hashlib.sha256(archive.read_bytes()).hexdigest() in out  # no published checksum: ours is shown
+
+
+def test_yelp_zip_keeps_labels_and_accepts_plain_path(tmp_path, capsys):
+    files = {"datasets/" + k: v for k, v in YELP.items()}  # prepare_data.py's datasets/ prefix is fine too
+    archive = zip_(tmp_path / "yelp.zip", files)
+    rc, _, err = run(capsys, "yelp", "--dest", tmp_path / "d", "--url", archive)
+    assert (rc, err) == (0, "")
+    assert contents(tmp_path / "d" / "yelp") == splits(YELP, "yelp.{}.txt")
+    assert (tmp_path / "d" / "yelp" / "train.txt").read_bytes().startswith(b"4\tgreat food")
+
+
+def test_ptb_from_folder_of_files(tmp_path, capsys):
+    src = tmp_path / "src"
+    src.mkdir()
+    for name, data in PTB.items():
+        (src / name).write_bytes(data)
+    rc, out, err = run(capsys, "ptb", "--dest", tmp_path / "d", "--url", src.as_uri() + "/")
+    assert (rc, err) == (0, "")
+    assert contents(tmp_path / "d" / "ptb") == splits(PTB, "ptb.{}.txt")
+    assert out.count("sha256") == 3
+
+
+def test_ptb_from_simple_examples_tgz(tmp_path, capsys):
+    # Mikolov's simple-examples.tgz layout; extra members and a deeper duplicate name are ignored
+    files = {f"./simple-examples/data/{k}": v for k, v in PTB.items()}
+    files["./simple-examples/other/deeper/ptb.train.txt"] = b"wrong\n"
+    archive = tar_gz(tmp_path / "simple-examples.tgz", files)
+    rc, _, err = run(capsys, "ptb", "--dest", tmp_path / "d", "--url", archive.as_uri())
+    assert (rc, err) == (0, "")
+    assert contents(tmp_path / "d" / "ptb") == splits(PTB, "ptb.{}.txt")
+
+
+def test_unreachable_url_fails_cleanly(tmp_path, capsys):
+    dest = tmp_path / "d"
+    dest.mkdir()
+    (dest / "keep.txt").write_text("x")
+    url = "http://127.0.0.1:9/x.zip"
+    rc, out, err = run(capsys, "yahoo", "--dest", dest, "--url", url)
+    assert rc == 1
+    assert_one_error(err, url)
+    assert os.listdir(dest) == ["keep.txt"]
+
+
+def test_failure_does_not_leave_a_dest_it_created(tmp_path, capsys):
+    dest = tmp_path / "new"
+    rc, _, err = run(capsys, "yahoo", "--dest", dest, "--url", (tmp_path / "missing.tar.gz").as_uri())
+    assert rc == 1
+    assert_one_error(err, "missing.tar.gz")
+    assert not dest.exists()
+
+
+def test_corrupt_archive_fails_cleanly(tmp_path, capsys):
+    bad = tmp_path / "yahoo.zip"
+    bad.write_bytes(os.urandom(4096))
+    dest = tmp_path / "d"
+    dest.mkdir()
+    rc, _, err = run(capsys, "yahoo", "--dest", dest, "--url", bad.as_uri())
+    assert rc == 1
+    assert_one_error(err, bad.as_uri())
+    assert os.listdir(dest) == []
+
+
+def test_truncated_archive_fails_cleanly(tmp_path, capsys):
+    whole = tar_gz(tmp_path / "whole.tar.gz", {"yahoo_data/yahoo.train.txt": os.urandom(200_000), **YAHOO})
+    cut = tmp_path / "cut.tar.gz"
+    cut.write_bytes(whole.read_bytes()[:-5000])
+    rc, _, err = run(capsys, "yahoo", "--dest", tmp_path / "d", "--url", cut.as_uri())
+    assert rc == 1
+    assert_one_error(err, cut.as_uri())
+    assert not (tmp_path / "d").exists()
+
+
+def test_missing_split_is_named(tmp_path, capsys):
+    files = {k: v for k, v in YAHOO.items() if "valid" not in k}
+    archive = tar_gz(tmp_path / "yahoo.tar.gz", files)
+    dest = tmp_path / "d"
+    dest.mkdir()
+    rc, _, err = run(capsys, "yahoo", "--dest", dest, "--url", archive.as_uri())
+    assert rc == 1
+    assert_one_error(err, "yahoo.valid.txt")
+    assert os.listdir(dest) == []
+
+
+def test_empty_split_fails(tmp_path, capsys):
+    archive = zip_(tmp_path / "yelp.zip", {**YELP, "yelp_data/yelp.test.txt": b""})
+    rc, _, err = run(capsys, "yelp", "--dest", tmp_path / "d", "--url", archive)
+    assert rc == 1
+    assert_one_error(err, "yelp.test.txt", "empty")
+
+
+def test_existing_target_untouched_without_force_replaced_with_force(tmp_path, capsys):
+    dest = tmp_path / "d"
+    (dest / "yahoo").mkdir(parents=True)
+    (dest / "yahoo" / "train.txt").write_bytes(b"old\n")
+    archive = tar_gz(tmp_path / "yahoo.tar.gz", YAHOO)
+
+    rc, out, err = run(capsys, "yahoo", "--dest", dest, "--url", archive.as_uri())
+    assert (rc, err) == (0, "")
+    assert len(out.splitlines()) == 1 and "already exists" in out
+    assert contents(dest / "yahoo") == {"train.txt": b"old\n"}
+
+    bad = tmp_path / "bad.tar.gz"
+    bad.write_bytes(b"not an archive")
+    rc, _, err = run(capsys, "yahoo", "--dest", dest, "--url", bad.as_uri(), "--force")
+    assert rc == 1  # a failed --force run keeps the old corpus
+    assert contents(dest / "yahoo") == {"train.txt": b"old\n"}
+
+    rc, _, err = run(capsys, "yahoo", "--dest", dest, "--url", archive.as_uri(), "--force")
+    assert (rc, err) == (0, "")
+    assert contents(dest / "yahoo") == splits(YAHOO, "yahoo.{}.txt")
+    assert os.listdir(dest) == ["yahoo"]
+
+
+def test_checksum_is_enforced_when_known(tmp_path, capsys, monkeypatch):
+    archive = tar_gz(tmp_path / "yahoo.tar.gz", YAHOO)
+    url = archive.as_uri()
+    monkeypatch.setitem(download.CHECKSUMS, url, ("sha256", "0" * 64))
+    rc, _, err = run(capsys, "yahoo", "--dest", tmp_path / "d", "--url", url)
+    assert rc == 1
+    assert_one_error(err, "checksum mismatch", url)
+    assert not (tmp_path / "d").exists()
+
+    monkeypatch.setitem(download.CHECKSUMS, url, ("md5", hashlib.md5(archive.read_bytes()).hexdigest()))
+    rc, out, err = run(capsys, "yahoo", "--dest", tmp_path / "d", "--url", url)
+    assert (rc, err) == (0, "")
+    assert "sha256" not in out  # pinned, so nothing to report
+
+
+def test_builtin_sources_are_pinned_where_published():
+    for split in download.SPLITS:
+        assert download.PTB + f"ptb.{split}.txt" in download.CHECKSUMS
+
+
+@pytest.fixture
+def drive(monkeypatch):
+    """A local HTTP server treated as Google Drive; `respond(path, port) -> (body, content type)`."""
+    servers = []
+
+    def start(respond):
+        seen = []
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self):
+                seen.append(self.path)
+                body, kind = respond(self.path, self.server.server_address[1])
+                self.send_response(200)
+                self.send_header("Content-Type", kind)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args):
+                pass
+
+        server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        servers.append(server)
+        monkeypatch.setattr(download, "DRIVE_HOSTS", {"127.0.0.1"})
+        return f"http://127.0.0.1:{server.server_address[1]}/uc?export=download&id=abc", seen
+
+    yield start
+    for server in servers:
+        server.shutdown()
+        server.server_close()
+
+
+def test_google_drive_confirm_form(tmp_path, capsys, drive):
+    """Drive answers large files with a virus-scan page whose form must be submitted back."""
+    payload = tar_gz(tmp_path / "yahoo.tar.gz", YAHOO).read_bytes()
+
+    def respond(path, port):
+        if "confirm=t" in path and "uuid=u-1" in path:
+            return payload, "application/octet-stream"
+        form = (
+            f'<form id="download-form" action="http://127.0.0.1:{port}/download" method="get">'
+            '<input type="hidden" name="id" value="abc"><input type="hidden" name="export" value="download">'
+            '<input type="hidden" name="confirm" value="t"><input type="hidden" name="uuid" value="u-1">'
+            "</form>"
+        )
+        return f"<html><body>Virus scan warning {form}</body></html>".encode(), "text/html; charset=utf-8"
+
+    url, seen = drive(respond)
+    rc, _, err = run(capsys, "yahoo", "--dest", tmp_path / "d", "--url", url)
+    assert (rc, err) == (0, "")
+    assert seen[1] == "/download?id=abc&export=download&confirm=t&uuid=u-1"
+    assert contents(tmp_path / "d" / "yahoo") == splits(YAHOO, "yahoo.{}.txt")
+
+
+def test_google_drive_page_without_form_is_an_error(tmp_path, capsys, drive):
+    quota = b"<html>Too many users have viewed or downloaded this file recently.</html>"
+    url, _ = drive(lambda path, port: (quota, "text/html"))
+    rc, _, err = run(capsys, "yelp", "--dest", tmp_path / "d", "--url", url)
+    assert rc == 1
+    assert_one_error(err, "Google Drive", url)
+    assert not (tmp_path / "d").exists()
+
+
+def test_help_names_the_subcommand(capsys):
+    with pytest.raises(SystemExit):
+        download.main(["--help"])
+    assert capsys.readouterr().out.startswith("usage: seqvae download")
