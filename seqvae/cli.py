@@ -43,8 +43,10 @@ class RunDirConfig(SaveConfigCallback):
     """Saves config.yaml and vocab.json in the run directory. A resumed run (`--ckpt_path`)
     keeps the config it started with instead of refusing to overwrite it."""
 
+    resuming = False  # set by the CLI before `fit --ckpt_path`
+
     def setup(self, trainer, pl_module, stage):
-        if trainer.ckpt_path and trainer.log_dir and (Path(trainer.log_dir) / self.config_filename).exists():
+        if self.resuming and trainer.log_dir and (Path(trainer.log_dir) / self.config_filename).exists():
             self.already_saved = True
         super().setup(trainer, pl_module, stage)
 
@@ -62,7 +64,7 @@ class SeqVAECLI(LightningCLI):
             SeqVAE,
             TextDataModule,
             save_config_callback=RunDirConfig,
-            parser_kwargs={"parser_mode": "omegaconf", "exit_on_error": False},
+            parser_kwargs={"parser_mode": "omegaconf", "exit_on_error": False, "allow_abbrev": False},
             seed_everything_default=1,
             args=args,
             run=run,
@@ -84,6 +86,10 @@ class SeqVAECLI(LightningCLI):
         parser.add_lightning_class_args(PlateauRule, "plateau")
 
     def before_fit(self):
+        if self.config_init["fit"].get("ckpt_path"):
+            for cb in self.trainer.callbacks:
+                if isinstance(cb, RunDirConfig):
+                    cb.resuming = True
         summary = self.datamodule.summary()
         for split, s in summary.items():
             print(
@@ -121,11 +127,11 @@ class SeqVAECLI(LightningCLI):
 
 
 def main(argv: list[str] | None = None) -> None:
-    argv = sys.argv[1:] if argv is None else list(argv)
-    if argv[:1] == ["download"]:
+    words = sys.argv[1:] if argv is None else list(argv)
+    if words[:1] == ["download"]:
         from .download import main as download_main
 
-        sys.exit(download_main(argv[1:]))
+        sys.exit(download_main(words[1:]))
     try:
         SeqVAECLI(args=argv)
     except (CorpusError, ArgumentError) as err:

@@ -70,14 +70,17 @@ def read_corpus(
         raise CorpusError(f"{path}: no such file")
     span = parse_line_range(lines)
     raw = path.read_bytes()
+    pieces = raw.split(b"\n")
+    if pieces[-1] == b"":  # the empty piece after a final newline is not a line
+        pieces.pop()
+    if span is not None and len(pieces) < span[1]:
+        raise CorpusError(f"{path}: line range {span[0]}-{span[1]} but the file has {len(pieces)} lines")
+    first, last = span or (1, len(pieces))
     corpus = Corpus([], [], str(path))
     # Split on \n only: str.splitlines() would also split on \x0b, \x1c, \u2028 …, so line
-    # numbers in errors would not match what an editor shows.
-    for number, line in enumerate(raw.split(b"\n"), start=1):
-        if span is not None and not (span[0] <= number <= span[1]):
-            if number > span[1]:
-                break
-            continue
+    # numbers in errors would not match what an editor shows. A trailing \r is whitespace.
+    for number in range(first, last + 1):
+        line = pieces[number - 1]
         try:
             text = line.decode("utf-8")
         except UnicodeDecodeError as err:
@@ -95,10 +98,6 @@ def read_corpus(
         corpus.texts.append(tokens)
         corpus.labels.append(label)
         corpus.line_numbers.append(number)
-    if span is not None and number < span[1]:
-        raise CorpusError(f"{path}: line range {span[0]}-{span[1]} but the file has {number} lines")
-    if raw.endswith(b"\n"):  # the empty piece after the final newline is not a line
-        corpus.n_empty -= 1
     if not corpus.texts:
         where = f" (lines {span[0]}-{span[1]})" if span else ""
         raise CorpusError(f"{path}{where}: no non-empty lines")
@@ -289,7 +288,11 @@ class TextDataModule(pl.LightningDataModule):
             ("val", val or train, val_lines),
             ("test", test or train, test_lines),
         ):
-            self.corpora[split] = read_corpus(path, lines, label_column, max_length)
+            try:
+                self.corpora[split] = read_corpus(path, lines, label_column, max_length)
+            except CorpusError as err:  # name the option as well as the file
+                option = split if split == "train" or (val, test)[split == "test"] else f"{split} (= train)"
+                raise CorpusError(f"data.{option}: {err}") from None
         self.vocab = Vocabulary.build(self.corpora["train"].texts, unk_token, min_freq, max_vocab)
         self.ids = {s: [torch.tensor(x) for x in self.vocab.encode(c.texts)] for s, c in self.corpora.items()}
 

@@ -40,10 +40,12 @@ def iw_log_weights(
     log_likelihood: LogLikelihood, mu: torch.Tensor, logvar: torch.Tensor, n_samples: int, chunk: int, generator=None
 ) -> torch.Tensor:
     """log w_k = log p(x|z_k) + log p(z_k) - log q(z_k|x) for K samples, decoded `chunk` samples
-    at a time (the decoder batch is B·chunk sequences): (B, K)."""
+    at a time (the decoder batch is B·chunk sequences): (B, K). All K·B·Z noise values are drawn
+    at once, so the samples (and the estimate) do not depend on `chunk`."""
+    z_all = sample_posterior(mu, logvar, n_samples, generator)  # (B, K, Z)
     out = []
     for start in range(0, n_samples, chunk):
-        z = sample_posterior(mu, logvar, min(chunk, n_samples - start), generator)
+        z = z_all[:, start : start + chunk]
         out.append(log_likelihood(z) + log_standard_normal(z) - log_normal(z, mu, logvar))
     return torch.cat(out, dim=1)
 

@@ -196,7 +196,7 @@ class SeqVAE(pl.LightningModule):
 
     def on_validation_epoch_end(self):
         self._log_eval("val", self.val_metrics)
-        if not self.trainer.sanity_checking and self.trainer.training:
+        if not self.trainer.sanity_checking and self.trainer.state.fn == "fit":
             self._tick()
             self.log("train/lr", self._optimizers()[0].param_groups[0]["lr"])
             self.log("train/wall_seconds", self.fit_seconds)

@@ -42,7 +42,10 @@ class LinearKLWarmup(KLSchedule):
     def weight(self, update: int, updates_per_epoch: int, max_epochs: int) -> float:
         if self.warmup_epochs <= 0:
             return 1.0
-        step = (1.0 - self.start) / (self.warmup_epochs * updates_per_epoch)
+        total = self.warmup_epochs * updates_per_epoch
+        if update + 1 >= total:  # exactly 1 from update total - 1 on (the sum below can round to 1 - ε)
+            return 1.0
+        step = (1.0 - self.start) / total
         return min(1.0, self.start + step * (update + 1))
 
 
