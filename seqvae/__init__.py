@@ -1,10 +1,18 @@
 """seqvae: LSTM sequence VAEs that do not collapse, with the metrics that tell."""
 
+import torch
+
 from .callbacks import PlateauRule
 from .data import TextDataModule, Vocabulary, read_corpus
 from .losses import BatchFreeBits, CosineDispersion, FreeBits, KLPenalty, Regularizer, StandardKL
 from .model import SeqVAE
 from .schedules import ConstantKL, CyclicalKL, KLSchedule, LinearKLWarmup
+
+# Checkpoints hold the strategy objects of the hyper-parameters (schedules, penalties,
+# regularisers); allow exactly these classes under torch.load(weights_only=True).
+torch.serialization.add_safe_globals(
+    [ConstantKL, CyclicalKL, LinearKLWarmup, StandardKL, FreeBits, BatchFreeBits, CosineDispersion]
+)
 
 __all__ = [
     "BatchFreeBits", "ConstantKL", "CosineDispersion", "CyclicalKL", "FreeBits", "KLPenalty", "KLSchedule",

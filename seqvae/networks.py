@@ -98,7 +98,9 @@ class LSTMDecoder(nn.Module):
         self.dropout_in, self.dropout_out = nn.Dropout(dropout_in), nn.Dropout(dropout_out)
         self.lstm = nn.LSTM(embed_dim + latent_dim, hidden_dim, batch_first=True)
         self.z_to_c0 = nn.Linear(latent_dim, hidden_dim, bias=False) if latent_dim else None
-        self.z_to_out = nn.Linear(latent_dim, hidden_dim, bias=False) if self.skip else None
+        # SkipVAE: the output layer reads [h; z], i.e. logits = W_h h + W_z z. Dropout stays on h
+        # only: dropping parts of z would be a second, unasked-for word-dropout-like noise.
+        self.z_to_out = nn.Linear(latent_dim, vocab_size, bias=False) if self.skip else None
         self.out = nn.Linear(hidden_dim, vocab_size, bias=False)
         init_uniform(self)
 
@@ -111,9 +113,10 @@ class LSTMDecoder(nn.Module):
             c0 = self.z_to_c0(z).unsqueeze(0)  # (1, N, H)
             state = (torch.tanh(c0), c0)
         out, _ = self.lstm(x, state)  # (N, T, H)
+        logits = self.out(self.dropout_out(out))  # (N, T, V)
         if self.skip:
-            out = out + self.z_to_out(z).unsqueeze(1)
-        return self.out(self.dropout_out(out))
+            logits = logits + self.z_to_out(z).unsqueeze(1)
+        return logits
 
     def log_likelihood(self, tokens: torch.Tensor, lengths: torch.Tensor, z: torch.Tensor | None, inputs=None):
         """log p(x | z) summed over the n + 1 predicted tokens.

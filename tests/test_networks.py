@@ -178,9 +178,9 @@ def test_decoder_wiring_by_hand(skip):
         x = torch.cat([dec.embed(inputs[0]), z.expand(4, -1)], -1)
         c0 = dec.z_to_c0.weight @ z[0]
         out = lstm_by_hand(dec.lstm, x, torch.tanh(c0), c0)
-        if skip:
-            out = out + dec.z_to_out.weight @ z[0]
         expected = out @ dec.out.weight.T
+        if skip:  # logits = W [h; z]: z enters the output layer beside h
+            expected = expected + dec.z_to_out.weight @ z[0]
     torch.testing.assert_close(logits, expected, atol=1e-5, rtol=1e-5)
     assert dec.out.bias is None and dec.z_to_c0.bias is None
 

@@ -1,0 +1,196 @@
+"""SeqVAE module: training changes every parameter, padding/bucketing agree, the Python API,
+the plateau rule, and the IW-NLL invariants at model level."""
+
+from __future__ import annotations
+
+import random
+from types import SimpleNamespace
+
+import pytest
+import pytorch_lightning as pl
+import torch
+
+from seqvae import ConstantKL, CosineDispersion, PlateauRule, SeqVAE, TextDataModule
+
+WORDS = "the a cat dog sat ran on under mat log big small red blue".split()
+
+
+def write_corpus(path, n, seed, min_len=2, max_len=9):
+    rng = random.Random(seed)
+    lines = [" ".join(rng.choice(WORDS) for _ in range(rng.randint(min_len, max_len))) for _ in range(n)]
+    path.write_text("\n".join(lines) + "\n")
+    return lines
+
+
+@pytest.fixture
+def corpus(tmp_path):
+    write_corpus(tmp_path / "train.txt", 120, 0)
+    val = write_corpus(tmp_path / "valid.txt", 40, 1)
+    write_corpus(tmp_path / "test.txt", 40, 2)
+    return tmp_path, val
+
+
+def tiny_model(vocab_size, **kw):
+    args = dict(embed_dim=8, hidden_dim=12, latent_dim=4, val_iw_samples=0, test_iw_samples=5)
+    args.update(kw)
+    return SeqVAE(vocab_size, **args)
+
+
+def datamodule(root, **kw):
+    return TextDataModule(str(root / "train.txt"), str(root / "valid.txt"), str(root / "test.txt"), batch_size=8, **kw)
+
+
+def trainer(tmp_path, **kw):
+    args = dict(
+        max_epochs=1, accelerator="cpu", logger=False, enable_checkpointing=False, enable_progress_bar=False,
+        enable_model_summary=False, num_sanity_val_steps=0, default_root_dir=str(tmp_path),
+    )
+    args.update(kw)
+    return pl.Trainer(**args)
+
+
+@pytest.mark.parametrize("pooling", ["last", "avg", "max", "abs"])
+@pytest.mark.parametrize("kind", ["vae", "lm", "skip+cosine"])
+def test_every_parameter_trains(corpus, tmp_path, pooling, kind):
+    root, _ = corpus
+    dm = datamodule(root)
+    pl.seed_everything(0)
+    kw = {"lm": dict(latent_dim=0), "skip+cosine": dict(skip=True, regularizers=[CosineDispersion(1.0)])}.get(kind, {})
+    model = tiny_model(dm.vocab_size, pooling=pooling, **kw)
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    trainer(tmp_path, limit_train_batches=4, limit_val_batches=0).fit(model, dm)
+    unchanged = [n for n, p in model.named_parameters() if torch.equal(p, before[n])]
+    assert unchanged == []
+    assert model.num_updates == 4
+
+
+def test_kl_weight_follows_update_counter(corpus, tmp_path):
+    root, _ = corpus
+    dm = datamodule(root)
+    model = tiny_model(dm.vocab_size)
+    seen = []
+    model.loss_terms_orig = model.loss_terms
+    model.loss_terms = lambda batch, w: (seen.append(w), model.loss_terms_orig(batch, w))[1]
+    trainer(tmp_path, max_epochs=2, limit_val_batches=0).fit(model, dm)
+    n = dm.train_dataloader().batch_sampler.__len__()
+    expected = [min(1.0, 0.1 + 0.9 / (10 * n) * (u + 1)) for u in range(2 * n)]
+    assert seen == pytest.approx(expected)
+
+
+def test_padded_equals_unpadded(corpus):
+    """Encoding and decoding a text inside a padded batch gives its values alone."""
+    root, val = corpus
+    dm = datamodule(root)
+    model = tiny_model(dm.vocab_size, pooling="max").eval()
+    model.vocab = dm.vocab
+    mu, logvar = model.encode(val, batch_size=64)
+    for i in (0, 7, 19):
+        mu1, logvar1 = model.encode([val[i]])
+        torch.testing.assert_close(mu[i : i + 1], mu1)
+        torch.testing.assert_close(logvar[i : i + 1], logvar1)
+    batch = next(model._batches(val[:16], 16))
+    z = mu[:16].unsqueeze(1)
+    ll = model.decoder.log_likelihood(batch["tokens"], batch["lengths"], z)
+    for i in range(16):
+        alone = next(model._batches([val[i]], 1))
+        torch.testing.assert_close(ll[i], model.decoder.log_likelihood(alone["tokens"], alone["lengths"], z[i : i + 1])[0])
+
+
+def test_bucketed_and_padded_batching_agree_on_deterministic_metrics(corpus, tmp_path):
+    root, _ = corpus
+    results = {}
+    for batching in ("bucket", "padded"):
+        dm = datamodule(root, batching=batching)
+        pl.seed_everything(0)
+        model = tiny_model(dm.vocab_size, pooling="abs")
+        results[batching] = trainer(tmp_path).validate(model, dm, verbose=False)[0]
+    for key in ("val/kl", "val/au", "val/feature_cos"):
+        assert results["bucket"][key] == pytest.approx(results["padded"][key], rel=1e-5, abs=1e-6)
+    # rec uses one z sample per sentence, drawn in batch order: close, not equal
+    assert results["bucket"]["val/rec"] == pytest.approx(results["padded"]["val/rec"], rel=0.02)
+
+
+def test_iw_nll_invariants_at_model_level(corpus):
+    root, val = corpus
+    dm = datamodule(root)
+    torch.manual_seed(0)
+    model = tiny_model(dm.vocab_size)
+    model.vocab = dm.vocab
+    with torch.no_grad():  # the default init gives sigma ~ 1, mu ~ 0 and a decoder that ignores z
+        model.encoder.to_posterior.weight.normal_(0, 0.5)
+        model.decoder.z_to_c0.weight.normal_(0, 2.0)
+        model.decoder.out.weight.normal_(0, 1.0)
+    torch.manual_seed(1)
+    elbo = torch.stack([model.elbo(val) for _ in range(20)]).mean(0)
+    iw = model.iw_nll(val, n_samples=50)
+    assert torch.all(iw <= elbo + 1e-3 * elbo.abs())
+    assert iw.mean() < elbo.mean()
+    lm = tiny_model(dm.vocab_size, latent_dim=0)
+    lm.vocab = dm.vocab
+    torch.testing.assert_close(lm.iw_nll(val, n_samples=7), lm.elbo(val))  # exact NLL
+
+
+def test_python_api_after_checkpoint_round_trip(corpus, tmp_path):
+    root, val = corpus
+    dm = datamodule(root)
+    model = tiny_model(dm.vocab_size, kl_schedule=ConstantKL(0.5))
+    t = trainer(tmp_path, limit_train_batches=3, limit_val_batches=0, enable_checkpointing=True)
+    t.fit(model, dm)
+    path = tmp_path / "m.ckpt"
+    t.save_checkpoint(path)
+    loaded = SeqVAE.load_from_checkpoint(path)
+    assert loaded.vocab.encode([v.split() for v in val]) == dm.vocab.encode([v.split() for v in val])
+    assert loaded.num_updates == 3 and isinstance(loaded.kl_schedule, ConstantKL) and loaded.kl_schedule.value == 0.5
+    mu, logvar = model.encode(val)
+    mu2, logvar2 = loaded.encode(val, batch_size=3)  # any batch size, input order kept
+    torch.testing.assert_close(mu, mu2)
+    torch.testing.assert_close(logvar, logvar2)
+    was = loaded.training
+    loaded.iw_nll(val[:2], n_samples=3)
+    assert loaded.training == was
+    assert loaded.encode([])[0].shape == (0, 4) and loaded.elbo([]).shape == (0,)
+
+
+def fake_trainer(model, best_path, epoch, value):
+    opts = model.configure_optimizers()
+    return SimpleNamespace(
+        sanity_checking=False, training=True, callback_metrics={"val/loss": torch.tensor(value)}, current_epoch=epoch,
+        checkpoint_callback=SimpleNamespace(best_model_path=best_path), optimizers=opts, should_stop=False,
+    )
+
+
+def test_plateau_rule_halves_reloads_and_stops(tmp_path):
+    model = tiny_model(20)
+    best_state = {k: torch.full_like(v, 0.123) for k, v in model.state_dict().items()}
+    torch.save({"state_dict": best_state}, tmp_path / "best.ckpt")
+    rule = PlateauRule(patience=2, min_epochs=3, max_decays=2)
+    opts = model.configure_optimizers()
+    losses = [10, 9, 9.5, 9.6, 9.7, 9.8, 9.9, 10.0, 10.1]  # epochs 0..8
+    decays_after = []
+    for epoch, value in enumerate(losses):
+        t = fake_trainer(model, str(tmp_path / "best.ckpt"), epoch, value)
+        t.optimizers = opts
+        rule.on_validation_end(t, model)
+        decays_after.append(rule.decays)
+        if t.should_stop:
+            break
+    # Epochs 2, 3 are bad (2 in a row) and epoch 3 ≥ min_epochs: decay 1; bar reset to 9.6;
+    # epochs 4, 5 bad again: decay 2 = max_decays -> stop at epoch 5.
+    assert decays_after == [0, 0, 0, 1, 1, 2]
+    assert all(g["lr"] == pytest.approx(0.25) for o in opts for g in o.param_groups)
+    assert torch.equal(model.decoder.out.weight, best_state["decoder.out.weight"])
+    state = rule.state_dict()
+    again = PlateauRule()
+    again.load_state_dict(state)
+    assert again.state_dict() == state == {"best": pytest.approx(9.8), "bad_epochs": 0, "decays": 2}
+
+
+def test_plateau_rule_waits_for_min_epochs(tmp_path):
+    model = tiny_model(20)
+    rule = PlateauRule(patience=1, min_epochs=15)
+    opts = model.configure_optimizers()
+    for epoch, value in enumerate([5, 6, 7, 8]):
+        t = fake_trainer(model, "", epoch, value)
+        t.optimizers = opts
+        rule.on_validation_end(t, model)
+    assert rule.decays == 0 and opts[0].param_groups[0]["lr"] == 1.0
