@@ -2,6 +2,7 @@
 
 import torch
 
+from .aggressive import AggressiveTraining
 from .callbacks import PlateauRule
 from .data import TextDataModule, Vocabulary, read_corpus
 from .losses import BatchFreeBits, CosineDispersion, FreeBits, KLPenalty, Regularizer, StandardKL
@@ -11,10 +12,10 @@ from .schedules import ConstantKL, CyclicalKL, KLSchedule, LinearKLWarmup
 # Checkpoints hold the strategy objects of the hyper-parameters (schedules, penalties,
 # regularisers); allow exactly these classes under torch.load(weights_only=True).
 torch.serialization.add_safe_globals(
-    [ConstantKL, CyclicalKL, LinearKLWarmup, StandardKL, FreeBits, BatchFreeBits, CosineDispersion]
+    [AggressiveTraining, ConstantKL, CyclicalKL, LinearKLWarmup, StandardKL, FreeBits, BatchFreeBits, CosineDispersion]
 )
 
 __all__ = [
-    "BatchFreeBits", "ConstantKL", "CosineDispersion", "CyclicalKL", "FreeBits", "KLPenalty", "KLSchedule",
+    "AggressiveTraining", "BatchFreeBits", "ConstantKL", "CosineDispersion", "CyclicalKL", "FreeBits", "KLPenalty", "KLSchedule",
     "LinearKLWarmup", "PlateauRule", "Regularizer", "SeqVAE", "StandardKL", "TextDataModule", "Vocabulary", "read_corpus",
 ]

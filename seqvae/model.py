@@ -12,6 +12,7 @@ import time
 import pytorch_lightning as pl
 import torch
 
+from .aggressive import AggressiveTraining
 from .data import PAD_ID, UNK_ID, Vocabulary, collate
 from .losses import KLPenalty, Regularizer, StandardKL, gaussian_kl
 from .metrics import EvalMetrics, iw_nll, sample_posterior
@@ -43,6 +44,9 @@ class SeqVAE(pl.LightningModule):
         mi_dataset: Also compute MI with the whole evaluation set as the pool (Li et al.).
         init_encoder_from: Checkpoint whose encoder (embedding, LSTM, posterior layer) replaces
             this model's before training (encoder pretraining); the decoder stays fresh.
+        aggressive: Aggressive encoder training (He et al. 2019); None for plain training.
+        bn_gamma: BN-VAE (Zhu et al. 2020): batch-normalise the posterior means with this fixed
+            scale γ (learned shift), which keeps E[KL] ≥ Z·γ²/2; None to turn off.
     """
 
     def __init__(
@@ -66,6 +70,8 @@ class SeqVAE(pl.LightningModule):
         iw_max_elements: int = 2**26,
         mi_dataset: bool = True,
         init_encoder_from: str | None = None,
+        aggressive: AggressiveTraining | None = None,
+        bn_gamma: float | None = None,
     ):
         super().__init__()
         self.save_hyperparameters()
@@ -73,11 +79,14 @@ class SeqVAE(pl.LightningModule):
         self.kl_schedule = kl_schedule or LinearKLWarmup()
         self.kl_penalty = kl_penalty or StandardKL()
         self.regularizers = list(regularizers or [])
-        self.encoder = LSTMEncoder(vocab_size, embed_dim, hidden_dim, latent_dim, pooling) if latent_dim else None
+        self.aggressive = aggressive
+        self.encoder = LSTMEncoder(vocab_size, embed_dim, hidden_dim, latent_dim, pooling, bn_gamma) if latent_dim else None
         self.decoder = LSTMDecoder(vocab_size, embed_dim, hidden_dim, latent_dim, dropout_in, dropout_out, skip)
         self.val_metrics = EvalMetrics(latent_dim, hidden_dim, mi_dataset)
         self.test_metrics = EvalMetrics(latent_dim, hidden_dim, mi_dataset)
-        self.num_updates = 0  # optimiser updates of the whole model; drives the KL schedule
+        self.num_updates = 0  # training batches consumed (outer iterations); drives the KL schedule
+        self.encoder_updates = 0  # optimiser steps of the encoder (> num_updates when aggressive)
+        self.decoder_updates = 0
         self.fit_seconds = 0.0  # training wall time, accumulated across resumes
         self.vocab: Vocabulary | None = None
 
@@ -123,21 +132,43 @@ class SeqVAE(pl.LightningModule):
         opts = self.optimizers()
         return opts if isinstance(opts, list) else [opts]
 
+    def update_step(self, batch, kl_weight: float, stepped: torch.nn.Module | None = None) -> dict:
+        """One SGD update on `batch`: of the whole model, or of `stepped` only (the other
+        module's weights then get no gradients at all; gradients still flow through them)."""
+        opts = self._optimizers()
+        frozen = [p for m in (self.encoder, self.decoder) if m is not None and stepped is not None and m is not stepped for p in m.parameters()]
+        for p in frozen:
+            p.requires_grad_(False)
+        try:
+            terms = self.loss_terms(batch, kl_weight)
+            for opt in opts:
+                opt.zero_grad()
+            self.manual_backward(terms["loss"])
+        finally:
+            for p in frozen:
+                p.requires_grad_(True)
+        # The norm of all gradients of what is stepped is clipped together, not per optimiser.
+        params = [p for p in (self if stepped is None else stepped).parameters() if p.grad is not None]
+        torch.nn.utils.clip_grad_norm_(params, self.hparams.grad_clip)
+        for opt in opts:
+            opt.step()  # SGD skips parameters whose grad is None
+        return {k: v.detach() for k, v in terms.items()}
+
     def training_step(self, batch, batch_idx):
         weight = self.kl_weight()
-        terms = self.loss_terms(batch, weight)
-        opts = self._optimizers()
-        for opt in opts:
-            opt.zero_grad()
-        self.manual_backward(terms["loss"])
-        # The reference clips the norm of all gradients together, not per optimiser.
-        torch.nn.utils.clip_grad_norm_(self.parameters(), self.hparams.grad_clip)
-        for opt in opts:
-            opt.step()
+        if self.aggressive is not None and self.aggressive.active and self.encoder is not None:
+            inner_steps = self.aggressive.train_encoder(self, batch, weight)
+            terms = self.update_step(batch, weight, stepped=self.decoder)
+            self.encoder_updates += inner_steps
+            self.log("train/inner_steps", float(inner_steps))
+        else:
+            terms = self.update_step(batch, weight)
+            self.encoder_updates += self.encoder is not None
+        self.decoder_updates += 1
         self.num_updates += 1
         self.log_dict({f"train/{k}": v for k, v in terms.items()}, batch_size=batch["tokens"].size(0))
         self.log("train/kl_weight", weight)
-        self.log("train/updates", float(self.num_updates))
+        self.log_dict({"train/encoder_updates": float(self.encoder_updates), "train/decoder_updates": float(self.decoder_updates)})
 
     def on_train_start(self):
         self._fit_clock = time.monotonic()
@@ -158,6 +189,8 @@ class SeqVAE(pl.LightningModule):
         dm = self.trainer.datamodule if self._trainer is not None else None
         if dm is not None and self.vocab is None:
             self.vocab = dm.vocab
+        if stage == "fit" and self.aggressive is not None and self.trainer.world_size > 1:
+            raise ValueError("model.aggressive: aggressive training runs on one process only (its random inner batches and MI switch-off are not shared across ranks)")
         if stage == "fit" and self.hparams.init_encoder_from and self.encoder is not None:
             # Runs before Lightning restores a resumed run's own checkpoint, which then
             # overwrites these weights: resuming never re-initialises anything.
@@ -195,8 +228,11 @@ class SeqVAE(pl.LightningModule):
         self._eval_step(batch, self.val_metrics, self.hparams.val_iw_samples)
 
     def on_validation_epoch_end(self):
-        self._log_eval("val", self.val_metrics)
+        values = self._log_eval("val", self.val_metrics)
         if not self.trainer.sanity_checking and self.trainer.state.fn == "fit":
+            if self.aggressive is not None and self.aggressive.active:
+                self.aggressive.end_epoch(float(values["val/mi"]))
+            self.log("train/aggressive", float(self.aggressive is not None and self.aggressive.active))
             self._tick()
             self.log("train/lr", self._optimizers()[0].param_groups[0]["lr"])
             self.log("train/wall_seconds", self.fit_seconds)
@@ -210,7 +246,14 @@ class SeqVAE(pl.LightningModule):
     # ---------------------------------------------------------------- checkpoint extras
     def on_save_checkpoint(self, checkpoint):
         self._tick()
-        checkpoint["seqvae"] = {"num_updates": self.num_updates, "fit_seconds": self.fit_seconds}
+        checkpoint["seqvae"] = {
+            "num_updates": self.num_updates,
+            "encoder_updates": self.encoder_updates,
+            "decoder_updates": self.decoder_updates,
+            "fit_seconds": self.fit_seconds,
+        }
+        if self.aggressive is not None:
+            checkpoint["seqvae"]["aggressive"] = self.aggressive.state_dict()
         if self.vocab is not None:
             checkpoint["vocab"] = self.vocab.to_str()
 
@@ -218,6 +261,10 @@ class SeqVAE(pl.LightningModule):
         extra = checkpoint.get("seqvae", {})
         self.num_updates = extra.get("num_updates", 0)
         self.fit_seconds = extra.get("fit_seconds", 0.0)
+        self.encoder_updates = extra.get("encoder_updates", 0)
+        self.decoder_updates = extra.get("decoder_updates", 0)
+        if self.aggressive is not None and "aggressive" in extra:
+            self.aggressive.load_state_dict(extra["aggressive"])
         if "vocab" in checkpoint:
             self.vocab = Vocabulary.from_str(checkpoint["vocab"])
 

@@ -55,13 +55,21 @@ def init_uniform(module: nn.Module) -> None:
 
 
 class LSTMEncoder(nn.Module):
-    def __init__(self, vocab_size: int, embed_dim: int, hidden_dim: int, latent_dim: int, pooling: Pooling):
+    def __init__(self, vocab_size: int, embed_dim: int, hidden_dim: int, latent_dim: int, pooling: Pooling, bn_gamma: float | None = None):
         super().__init__()
         self.pool = POOLINGS[pooling]
         self.embed = nn.Embedding(vocab_size, embed_dim)
         self.lstm = nn.LSTM(embed_dim, hidden_dim, batch_first=True)
         self.to_posterior = nn.Linear(hidden_dim, 2 * latent_dim, bias=False)
+        self.mean_norm = None
         init_uniform(self)
+        if bn_gamma is not None:
+            # BN-VAE: per dimension, the batch of means has variance γ² (fixed, not learned) and a
+            # learned mean β, so E_batch[mu_d²] = γ² + β² and E[KL] ≥ Z·γ²/2.
+            self.mean_norm = nn.BatchNorm1d(latent_dim)
+            nn.init.constant_(self.mean_norm.weight, bn_gamma)
+            nn.init.zeros_(self.mean_norm.bias)
+            self.mean_norm.weight.requires_grad_(False)
 
     def features(self, tokens: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
         mask = torch.arange(tokens.size(1), device=tokens.device) < lengths.unsqueeze(1)  # (B, T)
@@ -72,6 +80,8 @@ class LSTMEncoder(nn.Module):
         """Returns mu, logvar (B, Z) and the pooled features h (B, H). log σ² is not clamped."""
         h = self.features(tokens, lengths)
         mu, logvar = self.to_posterior(h).chunk(2, dim=-1)
+        if self.mean_norm is not None:
+            mu = self.mean_norm(mu)
         return mu, logvar, h
 
 

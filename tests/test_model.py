@@ -10,7 +10,7 @@ import pytest
 import pytorch_lightning as pl
 import torch
 
-from seqvae import ConstantKL, CosineDispersion, PlateauRule, SeqVAE, TextDataModule
+from seqvae import AggressiveTraining, ConstantKL, CosineDispersion, PlateauRule, SeqVAE, TextDataModule
 
 WORDS = "the a cat dog sat ran on under mat log big small red blue".split()
 
@@ -49,17 +49,24 @@ def trainer(tmp_path, **kw):
     return pl.Trainer(**args)
 
 
-@pytest.mark.parametrize("pooling", ["last", "avg", "max", "abs"])
-@pytest.mark.parametrize("kind", ["vae", "lm", "skip+cosine"])
+@pytest.mark.parametrize(
+    "pooling,kind",
+    [("last", "vae"), ("avg", "vae"), ("max", "vae"), ("abs", "vae"), ("max", "lm"), ("abs", "skip+cosine"), ("avg", "bn"), ("last", "aggressive")],
+)
 def test_every_parameter_trains(corpus, tmp_path, pooling, kind):
     root, _ = corpus
     dm = datamodule(root)
     pl.seed_everything(0)
-    kw = {"lm": dict(latent_dim=0), "skip+cosine": dict(skip=True, regularizers=[CosineDispersion(1.0)])}.get(kind, {})
+    kw = {
+        "lm": dict(latent_dim=0),
+        "skip+cosine": dict(skip=True, regularizers=[CosineDispersion(1.0)]),
+        "bn": dict(bn_gamma=0.5),
+        "aggressive": dict(aggressive=AggressiveTraining(max_inner_steps=3)),
+    }.get(kind, {})
     model = tiny_model(dm.vocab_size, pooling=pooling, **kw)
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
     trainer(tmp_path, limit_train_batches=4, limit_val_batches=0).fit(model, dm)
-    unchanged = [n for n, p in model.named_parameters() if torch.equal(p, before[n])]
+    unchanged = [n for n, p in model.named_parameters() if p.requires_grad and torch.equal(p, before[n])]
     assert unchanged == []
     assert model.num_updates == 4
 

@@ -1,0 +1,249 @@
+"""Throughput benchmark of SeqVAE: GEMM peak, training tokens/s, IW-NLL documents/s, peak memory.
+
+    python scripts/bench.py [--quick] [--device cpu|cuda] [--bf16] [--json PATH]
+
+Analytic FLOPs (multiply-add = 2 FLOPs; GEMMs only: embedding lookups, gate nonlinearities,
+softmax/cross-entropy, the posterior layer and z -> c0 are not counted). For a bucket batch of
+B sequences of T tokens (`<s> … </s>`), P = B·(T-1) predicted tokens:
+
+    F_fwd(batch) = B·T·8H(E+H)  +  B·(T-1)·[8H(E+Z+H) + 2HV]
+                   encoder LSTM     decoder LSTM (input [emb; z]) + output layer
+    F_train = 3·F_fwd   (backward = 2× forward);  per predicted token: F_train / P
+    F_iw(doc) = T·8H(E+H) + K·(T-1)·[8H(E+Z+H) + 2HV]   (encoder once, decoder per sample)
+
+"Fraction of peak" = achieved FLOP/s ÷ the measured square-GEMM FLOP/s of the same dtype.
+Warm-up iterations are excluded from every timing; on cuda every timing is bracketed by syncs.
+Other processes on the machine lower every figure: read them as lower bounds.
+"""
+
+from __future__ import annotations
+
+import argparse, contextlib, json, logging, math, os, resource, sys, time, warnings  # noqa: E401
+from pathlib import Path
+
+import pytorch_lightning as pl
+import torch
+
+from seqvae.data import BucketBatchSampler, Vocabulary, read_corpus
+from seqvae.metrics import iw_nll
+from seqvae.model import SeqVAE
+
+CONFIGS = {"paper": dict(embed_dim=512, hidden_dim=1024, latent_dim=32, vocab_size=20000),
+           "small": dict(embed_dim=64, hidden_dim=128, latent_dim=32, vocab_size=5000)}  # fmt: skip
+QUICK = {"paper": (1, 2, 1), "small": (1, 5, 1)}  # warm-up steps, timed steps, IW documents
+FULL = {"paper": (2, 10, 2), "small": (3, 40, 8)}
+YAHOO = Path(__file__).resolve().parents[2] / "shared/data/yahoo/valid.txt"
+BATCH, WARM_T = 32, 24  # sentences per batch; warm-up batches are cut to WARM_T tokens
+
+
+def clock(device) -> float:
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    return time.perf_counter()
+
+
+def autocast(device, bf16):
+    return torch.autocast(device.type, dtype=torch.bfloat16) if bf16 else contextlib.nullcontext()
+
+
+def memory(device) -> dict:
+    out = {"max_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}  # KiB on Linux
+    if device.type == "cuda":
+        out["cuda_max_allocated_mib"] = torch.cuda.max_memory_allocated() / 2**20
+        torch.cuda.reset_peak_memory_stats()
+    return out
+
+
+def gemm_gflops(m, k, n, dtype, device, reps) -> float:
+    a, b = torch.randn(m, k, device=device, dtype=dtype), torch.randn(k, n, device=device, dtype=dtype)
+    c, best = torch.mm(a, b), math.inf  # the first product is the warm-up
+    for _ in range(reps):
+        t = clock(device)
+        torch.mm(a, b, out=c)
+        best = min(best, clock(device) - t)
+    return 2 * m * k * n / best / 1e9
+
+
+def flops_fwd(cfg, B, T, K=1, encoder_once=False) -> float:
+    E, H, Z, V = cfg["embed_dim"], cfg["hidden_dim"], cfg["latent_dim"], cfg["vocab_size"]
+    return (1 if encoder_once else B) * T * 8 * H * (E + H) + B * K * (T - 1) * (8 * H * (E + Z + H) + 2 * H * V)
+
+
+def yahoo_batches(path: Path, vocab_size: int, n: int, seed: int = 0):
+    """n equal-length batches of 32: Yahoo text if present, else synthetic ids of Yahoo lengths.
+    Of the full buckets (as BucketBatchSampler cuts them) the n closest to the mean length."""
+    if path.is_file():
+        corpus = read_corpus(path)
+        ids = Vocabulary.build(corpus.texts, unk_token="_UNK", max_size=vocab_size - 4).encode(corpus.texts)
+        lengths = [len(x) for x in ids]
+        mean = sum(lengths) / len(lengths)
+        full = [b for b in BucketBatchSampler(lengths, BATCH, shuffle=True, seed=seed) if len(b) == BATCH]
+        full.sort(key=lambda b: abs(lengths[b[0]] - mean))  # stable: ties keep the shuffled order
+        tokens = [torch.tensor([ids[i] for i in b]) for b in full[:n]]
+        source = f"{path.name}: {len(ids)} texts, mean length {mean:.1f} tokens incl. <s> </s>"
+    else:
+        g = torch.Generator().manual_seed(seed)  # lognormal lengths: mean ~80, median 70, max 200
+        lens = (torch.randn(n, generator=g) * 0.5 + math.log(70)).exp().round().clamp(22, 200).long().tolist()
+        tokens = [torch.cat([torch.ones(BATCH, 1, dtype=torch.long), torch.randint(4, vocab_size, (BATCH, t - 2), generator=g),
+                             torch.full((BATCH, 1), 2)], 1) for t in lens]  # fmt: skip
+        source = "synthetic ids (no Yahoo file), lognormal lengths"
+    return [{"tokens": t, "lengths": torch.full((BATCH,), t.size(1))} for t in tokens], source
+
+
+def train_direct(model, batches, warm, device, bf16) -> float:
+    """SeqVAE.training_step without Lightning: loss_terms, zero_grad, backward, clip, 2 SGD steps."""
+    model.train()
+    opts = model.configure_optimizers()
+    for i, batch in enumerate(batches):
+        if i == warm:
+            start = clock(device)
+        with autocast(device, bf16):
+            loss = model.loss_terms(batch, kl_weight=1.0)["loss"]
+        for opt in opts:
+            opt.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), model.hparams.grad_clip)
+        for opt in opts:
+            opt.step()
+    return clock(device) - start
+
+
+class StepClock(pl.Callback):  # wall time from the end of the last warm-up batch to the end of the last
+    def __init__(self, warm, device):
+        self.warm, self.device, self.start, self.end = warm, device, None, None
+
+    def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
+        self.end = clock(self.device)
+        self.start = self.end if batch_idx == self.warm - 1 else self.start
+
+
+def train_lightning(model, batches, warm, device, bf16) -> tuple[float, float]:
+    """A real Trainer fit; returns the timed wall time and the part of it inside training_step."""
+    step_clock, inner, training_step = StepClock(warm, device), [0.0], model.training_step
+
+    def timed_step(batch, batch_idx):
+        start = clock(device)
+        training_step(batch, batch_idx)
+        inner[0] += clock(device) - start if batch_idx >= warm else 0.0
+
+    model.training_step = timed_step
+    trainer = pl.Trainer(
+        accelerator="gpu" if device.type == "cuda" else "cpu", devices=1, max_epochs=1,
+        limit_train_batches=len(batches), limit_val_batches=0, num_sanity_val_steps=0,
+        precision="bf16-mixed" if bf16 else "32-true", logger=False, enable_checkpointing=False,
+        enable_progress_bar=False, enable_model_summary=False, callbacks=[step_clock],
+    )  # fmt: skip
+    trainer.fit(model, train_dataloaders=torch.utils.data.DataLoader(batches, batch_size=None))
+    del model.training_step
+    return step_clock.end - step_clock.start, inner[0]
+
+
+def iw_bench(model, batch, n_docs, n_samples, device, bf16):
+    """IW-NLL of n_docs equal-length documents at once, as SeqVAE._eval_step computes it."""
+    tokens, lengths = batch["tokens"][:n_docs], batch["lengths"][:n_docs]
+    model.eval()
+    with torch.inference_mode(), autocast(device, bf16):
+        chunk = model._iw_chunk(tokens)
+
+        def run(k):
+            mu, logvar, _ = model.encoder(tokens, lengths)
+            return iw_nll(lambda z: model.decoder.log_likelihood(tokens, lengths, z), mu, logvar, k, chunk)
+
+        run(min(chunk, n_samples))  # warm-up: one decoder chunk
+        start = clock(device)
+        run(n_samples)
+        return clock(device) - start, chunk
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--quick", action="store_true", help="few steps and documents (<= 2 min on 2 idle CPU cores)")
+    p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    p.add_argument("--bf16", action="store_true", help="bf16 autocast for training and IW")
+    p.add_argument("--iw-samples", type=int, default=500)
+    p.add_argument("--data", type=Path, default=YAHOO, help="Yahoo text (synthetic ids if missing)")
+    p.add_argument("--threads", type=int, help="torch.set_num_threads (default: torch's own)")
+    p.add_argument("--json", type=Path, help="also write the figures here")
+    args = p.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    warnings.filterwarnings("ignore")
+    logging.getLogger("pytorch_lightning").setLevel(logging.ERROR)  # no "GPU available: …" banner
+    device, threads, began = torch.device(args.device), torch.get_num_threads(), time.perf_counter()
+    torch.manual_seed(0)
+    res = {"command": " ".join(["python", "scripts/bench.py", *sys.argv[1:]]), "torch": torch.__version__,
+           "lightning": pl.__version__, "device": args.device, "cpu_cores": os.cpu_count(), "torch_threads": threads,
+           "bf16": args.bf16, "quick": args.quick, "iw_samples": args.iw_samples, "loadavg_start": os.getloadavg(),
+           "gpu": torch.cuda.get_device_name() if device.type == "cuda" else None}  # fmt: skip
+    print(f"torch {torch.__version__} on {res['gpu'] or args.device}, {os.cpu_count()} CPU cores, {threads} torch threads, "
+          f"1-min load average {res['loadavg_start'][0]:.2f}{', bf16 autocast' if args.bf16 else ''}")  # fmt: skip
+
+    # ---- GEMM (best of reps)
+    dtypes = [torch.float32] + ([torch.bfloat16] if device.type == "cuda" and torch.cuda.is_bf16_supported() else [])
+    shapes = {"square 2048^3": (2048, 2048, 2048), "LSTM step 32x1024x4096": (32, 1024, 4096)}
+    if not args.quick:
+        shapes["output layer 2560x1024x16000"] = (2560, 1024, 16000)
+    gemm = res["gemm_gflops"] = {}
+    for dtype in dtypes:
+        for shape, (m, k, n) in shapes.items():
+            key = f"{str(dtype).split('.')[1]} {shape}"
+            gemm[key] = gemm_gflops(m, k, n, dtype, device, 3 if m * n > 2**22 else 10)
+            print(f"GEMM {key:<38} {gemm[key]:8.1f} GFLOP/s")
+    res["memory_after_gemm"] = memory(device)
+    peak = gemm.get("bfloat16 square 2048^3" if args.bf16 else "float32 square 2048^3", gemm["float32 square 2048^3"])
+
+    def line(label, seconds, n, count, flops, unit="tokens", per="step", note=""):
+        """Prints and returns one figure (n steps or docs), with the peak memory so far."""
+        mem, gflops = memory(device), flops / seconds / 1e9
+        cuda = f", cuda {mem['cuda_max_allocated_mib']:.0f} MiB" if "cuda_max_allocated_mib" in mem else ""
+        print(f"  {label:<25}{count / seconds:9.{0 if unit == 'tokens' else 3}f} {unit}/s {seconds / n:7.3f} s/{per} "
+              f"{gflops:6.1f} GFLOP/s = {gflops / peak:5.1%} of peak | max RSS {mem['max_rss_mib']:.0f} MiB{cuda}{note}")  # fmt: skip
+        return {f"{unit}_per_s": count / seconds, f"s_per_{per}": seconds / n, "gflops": gflops, "fraction_of_peak": gflops / peak, "memory": mem}
+
+    # ---- training and IW per config
+    for name, cfg in CONFIGS.items():
+        warm, steps, n_docs = (QUICK if args.quick else FULL)[name]
+        batches, res["data"] = yahoo_batches(args.data, cfg["vocab_size"], steps)
+        warm_batches = [{"tokens": b["tokens"][:, :WARM_T], "lengths": torch.full((BATCH,), WARM_T)} for b in batches[:warm]]
+        on_device = [{k: v.to(device) for k, v in b.items()} for b in warm_batches + batches]
+        tokens = sum(int((b["lengths"] - 1).sum()) for b in batches)
+        flops = sum(3 * flops_fwd(cfg, BATCH, b["tokens"].size(1)) for b in batches)
+        out = res[name] = {"config": cfg, "warmup_steps": warm, "timed_steps": steps, "lengths": [b["tokens"].size(1) for b in batches],
+                           "train_flops_per_token": flops / tokens,
+                           "output_layer_flop_share": 80 * 2 * cfg["hidden_dim"] * cfg["vocab_size"] / flops_fwd(cfg, 1, 81)}  # fmt: skip
+        print(f"\n[{name}] {cfg}\n  {steps} timed steps (+{warm} warm-up at T={WARM_T}) of {BATCH} x "
+              f"T={out['lengths'][:4]}{'…' if steps > 4 else ''}; {res['data']}")  # fmt: skip
+        print(f"  analytic training FLOPs per predicted token {flops / tokens / 1e6:.1f} M "
+              f"(output layer {out['output_layer_flop_share']:.0%} of them at T=81)")  # fmt: skip
+
+        direct = train_direct(SeqVAE(**cfg).to(device), on_device, warm, device, args.bf16)
+        out["train"] = line("train (direct loop)", direct, steps, tokens, flops)
+        model = SeqVAE(**cfg)
+        if name == "small":
+            if device.type == "cpu" and threads > 1:  # the same loop on one thread, for contention
+                torch.set_num_threads(1)
+                seconds = train_direct(SeqVAE(**cfg), on_device, warm, device, args.bf16)
+                torch.set_num_threads(threads)
+                out["train_1_thread"] = line("train (direct, 1 thread)", seconds, steps, tokens, flops)
+            seconds, inner = train_lightning(model, warm_batches + batches, warm, device, args.bf16)
+            outside = (seconds - inner) / steps
+            out["lightning"] = line("train (pl.Trainer fit)", seconds, steps, tokens, flops, note=f"; {outside * 1e3:.1f} ms/step outside training_step")
+            out["lightning"]["outside_training_step_s_per_step"] = outside
+
+        seconds, chunk = iw_bench(model.to(device), on_device[warm], n_docs, args.iw_samples, device, args.bf16)
+        T = batches[0]["tokens"].size(1)
+        iw_flops = n_docs * flops_fwd(cfg, 1, T, args.iw_samples, encoder_once=True)
+        out["iw"] = line(f"IW-NLL K={args.iw_samples}", seconds, n_docs, n_docs, iw_flops, "docs", "doc")
+        out["iw"].update(docs=n_docs, doc_length=T, samples_per_decoder_call=chunk)
+        print(f"  {'':25}({n_docs} doc(s) of T={T} at once, {chunk} samples per decoder call)")
+
+    res["loadavg_end"], res["wall_s"] = os.getloadavg(), time.perf_counter() - began
+    print(f"\ntotal {res['wall_s']:.0f} s; 1-min load average at end {res['loadavg_end'][0]:.2f} "
+          "(other processes on the machine lower every figure: read them as lower bounds)")
+    if args.json:
+        args.json.write_text(json.dumps(res, indent=2) + "\n")
+        print(f"wrote {args.json}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,498 @@
+"""End-to-end tests of the `seqvae` console script (fit / test / validate / resume / errors / download).
+
+Every command is a real subprocess of the venv's `seqvae` executable on a tiny generated corpus, with
+every logger save_dir and the working directory inside pytest's tmp_path (nothing lands under runs/).
+
+Each subprocess spends most of its time importing torch and Lightning, so running the ~20 commands
+one after the other would not fit the time budget. Instead the commands are *jobs*: an autouse
+module fixture starts, in the background, the jobs the selected tests need (critical-path jobs
+first), at most `_PARALLEL` subprocesses at a time; each test then waits for its job's result and
+asserts. Jobs that depend on another (e.g. `seqvae test` on the checkpoint of the main fit) wait
+for it first. Running a single test (`-k ...`) starts only the jobs it needs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import heapq
+import itertools
+import json
+import math
+import os
+import random
+import re
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+DEMO_CONFIG = REPO / "configs" / "demo.yaml"
+SEQVAE = shutil.which("seqvae", path=str(Path(sys.executable).parent)) or shutil.which("seqvae")
+LATENT = 4
+# Concurrent seqvae subprocesses (tiny models: one thread each). The suite is throughput-bound:
+# ~20 processes of ~5 CPU-s each, nearly all of it importing torch and Lightning.
+_PARALLEL = int(os.environ.get("SEQVAE_TEST_PARALLEL", "4"))
+_TIMEOUT = 240  # seconds per subprocess; a hang fails the test instead of blocking the suite
+
+pytestmark = pytest.mark.skipif(SEQVAE is None, reason="the `seqvae` console script is not installed")
+
+TEST_KEYS = [
+    "test/loss",
+    "test/rec",
+    "test/kl",
+    "test/iw_nll",
+    "test/iw_ppl",
+    "test/elbo_ppl",
+    "test/mi",
+    "test/mi_dataset",
+    "test/au",
+    "test/feature_cos",
+]
+VAL_SCALARS = ["val/loss", "val/kl", "val/mi", "val/au", "val/feature_cos", "val/iw_nll"]
+TRAIN_SCALARS = ["train/kl_weight", "train/lr", "train/loss"]
+WORDS = "the a cat dog sat ran on mat under tree big small red blue saw ate fish bird happy sad".split()
+
+
+# ------------------------------------------------------------------------------------- corpus
+def make_corpus(root: Path) -> dict[str, Path]:
+    """Deterministic tiny corpus: 100 train / 30 valid / 30 test lines of 2–6 words, plus the bad
+    and the odd inputs the error tests feed in."""
+    rng = random.Random(0)
+
+    def lines(n):
+        return [" ".join(rng.choice(WORDS) for _ in range(rng.randint(2, 6))) for _ in range(n)]
+
+    root.mkdir(parents=True, exist_ok=True)
+    train = lines(100)
+    files = {"train": train, "valid": lines(30), "test": lines(30)}
+    paths = {}
+    for name, text in files.items():
+        paths[name] = root / f"{name}.txt"
+        paths[name].write_text("\n".join(text) + "\n", encoding="utf-8")
+    paths["empty"] = root / "empty.txt"
+    paths["empty"].write_bytes(b"")
+    paths["latin1"] = root / "latin1.txt"  # line 3 is not UTF-8
+    paths["latin1"].write_bytes(b"the cat sat\na dog ran\nthe caf\xe9 was big\nred fish\n")
+    long_line = " ".join(rng.choice(WORDS) for _ in range(10_000))
+    paths["long"] = root / "long.txt"  # one 10,000-token line among the 100
+    paths["long"].write_text("\n".join(train[:10] + [long_line] + train[10:]) + "\n", encoding="utf-8")
+    paths["crlf"] = root / "crlf.txt"  # the training file, byte for byte, with \r\n endings
+    paths["crlf"].write_bytes(("\r\n".join(train) + "\r\n").encode("utf-8"))
+    paths["extra_key_yaml"] = root / "extra_key.yaml"
+    paths["extra_key_yaml"].write_text("model:\n  nosuch: 1\n", encoding="utf-8")
+    paths["missing"] = root / "no_such_file.txt"
+    return paths
+
+
+def base_args(corpus: dict[str, Path], save_dir: Path, train: Path | None = None, epochs: int = 1) -> list[str]:
+    return [
+        "--config", str(DEMO_CONFIG),
+        "--data.train", str(train or corpus["train"]),
+        "--data.val", str(corpus["valid"]),
+        "--data.test", str(corpus["test"]),
+        "--data.batch_size", "16",
+        "--model.embed_dim", "8",
+        "--model.hidden_dim", "12",
+        "--model.latent_dim", str(LATENT),
+        "--model.val_iw_samples", "0",
+        "--model.test_iw_samples", "3",
+        "--trainer.max_epochs", str(epochs),
+        "--trainer.enable_model_summary", "false",
+        "--trainer.logger.init_args.save_dir", str(save_dir),
+    ]  # fmt: skip
+
+
+# ------------------------------------------------------------------------------------- jobs
+@dataclass
+class Result:
+    args: list[str]
+    returncode: int | None
+    stdout: str
+    stderr: str
+    seconds: float = 0.0
+
+    def describe(self) -> str:
+        return (
+            f"seqvae {' '.join(self.args)}\nexit {self.returncode} after {self.seconds:.1f} s\n"
+            f"--- stdout (tail)\n{self.stdout[-3000:]}\n--- stderr (tail)\n{self.stderr[-3000:]}"
+        )
+
+    def ok(self) -> "Result":
+        assert self.returncode == 0, self.describe()
+        assert "Traceback" not in self.stderr, self.describe()
+        return self
+
+    @property
+    def wrote(self) -> Path:
+        """The metrics file the command reported (`seqvae: wrote PATH`)."""
+        found = re.findall(r"^seqvae: wrote (.+)$", self.stdout, flags=re.M)
+        assert len(found) == 1, self.describe()
+        return Path(found[0])
+
+
+class _Slots:
+    """At most `n` holders; waiters are served by (priority, arrival), so that jobs on the critical
+    path (the fit and the commands that need its checkpoint) never queue behind the independent ones."""
+
+    def __init__(self, n: int):
+        self.free, self.waiting, self.arrivals = n, [], itertools.count()
+        self.cond = threading.Condition()
+
+    @contextlib.contextmanager
+    def __call__(self, priority: int):
+        with self.cond:
+            ticket = (priority, next(self.arrivals))
+            heapq.heappush(self.waiting, ticket)
+            self.cond.wait_for(lambda: self.free > 0 and self.waiting[0] == ticket)
+            heapq.heappop(self.waiting)
+            self.free -= 1
+            self.cond.notify_all()
+        try:
+            yield
+        finally:
+            with self.cond:
+                self.free += 1
+                self.cond.notify_all()
+
+
+_SLOTS = _Slots(_PARALLEL)
+_LIVE: set[subprocess.Popen] = set()
+_ENV = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+
+
+def seqvae(args: list, cwd: Path, urgent: bool = False) -> Result:
+    args = [str(a) for a in args]
+    with _SLOTS(0 if urgent else 1):
+        start = time.monotonic()
+        proc = subprocess.Popen(
+            [SEQVAE, *args], cwd=cwd, env=_ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, encoding="utf-8", errors="replace"
+        )
+        _LIVE.add(proc)
+        try:
+            out, err = proc.communicate(timeout=_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out, err = proc.communicate()
+            err += f"\n[test harness: killed after {_TIMEOUT} s]"
+        finally:
+            _LIVE.discard(proc)
+    return Result(args, proc.returncode, out, err, time.monotonic() - start)
+
+
+class Jobs:
+    """Named background jobs, each started at most once; `result(name)` starts it if needed and waits."""
+
+    def __init__(self, specs: dict):
+        self.specs = specs
+        self.futures = {}
+        self.lock = threading.Lock()
+        self.pool = None
+
+    def start(self, name: str):
+        with self.lock:
+            if self.pool is None:  # a thread per job: jobs waiting on another never starve it
+                self.pool = ThreadPoolExecutor(max_workers=len(self.specs))
+            if name not in self.futures:
+                self.futures[name] = self.pool.submit(self.specs[name])
+            return self.futures[name]
+
+    def result(self, name: str):
+        return self.start(name).result()
+
+    def close(self):
+        if self.pool is None:
+            return
+        self.pool.shutdown(wait=False, cancel_futures=True)
+        for proc in list(_LIVE):  # only our own children, by handle
+            proc.kill()
+        self.pool.shutdown(wait=True)
+        if os.environ.get("SEQVAE_TEST_TIMES"):  # where the suite's time goes
+            for name, fut in self.futures.items():
+                if fut.done() and not fut.cancelled() and fut.exception() is None:
+                    results = fut.result() if isinstance(fut.result(), tuple) else (fut.result(),)
+                    times = [f"{r.seconds:.1f}" for r in results if isinstance(r, Result)]
+                    print(f"job {name}: {' + '.join(times)} s", file=sys.stderr)
+
+
+BAD_INPUTS = {
+    # case: (extra args, substrings the error line must contain); {name} -> corpus paths
+    "missing_train": (["--data.train", "{missing}"], ["data.train", "{missing}"]),
+    "empty_train": (["--data.train", "{empty}"], ["data.train", "{empty}", "no non-empty lines"]),
+    "non_utf8_line": (["--data.train", "{latin1}"], ["{latin1}:3", "UTF-8"]),
+    "unknown_key": (["--model.nosuch", "1"], ["model.nosuch"]),
+    "unknown_key_in_yaml": (["--config", "{extra_key_yaml}"], ["model.nosuch"]),
+    "abbreviated_option": (["--trainer.max_epoch", "1"], ["--trainer.max_epoch"]),
+    "invalid_pooling": (["--model.pooling", "nosuch"], ["model.pooling", "nosuch"]),
+    "line_range_past_eof": (["--data.train_lines", "1-1000"], ["data.train", "{train}", "1-1000", "100 lines"]),
+}
+
+
+def _fill(s: str, corpus: dict[str, Path]) -> str:
+    return s.format(**{k: str(v) for k, v in corpus.items()})
+
+
+def build_jobs(tmp: Path, corpus: dict[str, Path]) -> Jobs:
+    cwd = tmp / "cwd"  # nothing relative may land in the repository
+    cwd.mkdir()
+    specs: dict = {}
+    jobs = Jobs(specs)
+    main_save = tmp / "main"
+    jobs.main_run = main_save / "demo" / "version_0"
+    resume_save = tmp / "resume"
+
+    # Listed in start order: the two chains (fit -> test -> test, fit -> resumed fit) first; they
+    # and the commands that need the fit's checkpoint are `urgent` (first in line for a slot).
+    specs["fit"] = lambda: seqvae(
+        ["fit", *base_args(corpus, main_save, epochs=2), "--model.val_iw_samples", "2", "--trainer.log_every_n_steps", "1"],
+        cwd,
+        urgent=True,
+    )
+
+    def run_dir():
+        jobs.result("fit").ok()
+        return jobs.main_run
+
+    def test_twice():
+        run = run_dir()
+        cmd = ["test", "--config", run / "config.yaml", "--ckpt_path", run / "checkpoints" / "best.ckpt"]
+        first = seqvae(cmd, cwd, urgent=True)
+        snapshot = {p: p.read_bytes() for p in main_save.rglob("metrics*.json")}
+        second = seqvae(cmd, cwd, urgent=True)
+        return first, snapshot, second
+
+    specs["test_twice"] = test_twice
+    specs["resume_first"] = lambda: seqvae(
+        ["fit", *base_args(corpus, resume_save), "--trainer.logger.init_args.version", "v"], cwd, urgent=True
+    )
+
+    def resume_second():
+        first = jobs.result("resume_first").ok()
+        run = resume_save / "demo" / "v"
+        before = {name: (run / name).read_bytes() for name in ("config.yaml", "metrics.json")}
+        args = [*base_args(corpus, resume_save, epochs=2), "--trainer.logger.init_args.version", "v"]
+        return first, before, seqvae(["fit", *args, "--ckpt_path", run / "checkpoints" / "last.ckpt"], cwd, urgent=True)
+
+    specs["resume_second"] = resume_second
+    specs["validate"] = lambda: seqvae(
+        [
+            "validate", "--config", run_dir() / "config.yaml", "--ckpt_path", run_dir() / "checkpoints" / "best.ckpt",
+            "--trainer.logger.init_args.save_dir", tmp / "validate",
+        ],
+        cwd,
+        urgent=True,
+    )  # fmt: skip
+    for name, extra in {
+        "long_line": ["--data.train", corpus["long"]],
+        "long_line_skipped": ["--data.train", corpus["long"], "--data.max_length", "200"],
+        "crlf": ["--data.train", corpus["crlf"]],
+    }.items():
+        specs[name] = lambda name=name, extra=extra: seqvae(["fit", *base_args(corpus, tmp / name), *extra], cwd)
+    for case, (extra, _) in BAD_INPUTS.items():
+        args = ["fit", *base_args(corpus, tmp / f"bad_{case}"), *(_fill(a, corpus) for a in extra)]
+        specs[f"bad:{case}"] = lambda args=args: seqvae(args, cwd)
+    specs["download_help"] = lambda: seqvae(["download", "--help"], cwd)
+    return jobs
+
+
+def needs(*names):
+    """Declares the jobs a test waits for ("{case}" is filled from its parameters)."""
+
+    def mark(fn):
+        fn.needs = names
+        return fn
+
+    return mark
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    return make_corpus(tmp_path_factory.mktemp("corpus"))
+
+
+@pytest.fixture(scope="module", autouse=True)
+def jobs(request, corpus, tmp_path_factory):
+    jobs = build_jobs(tmp_path_factory.mktemp("e2e"), corpus)
+    wanted = set()
+    for item in request.session.items:
+        if getattr(item, "module", None) is request.module:
+            params = getattr(getattr(item, "callspec", None), "params", {})
+            wanted.update(n.format(**params) for n in getattr(item.function, "needs", ()))
+    for name in jobs.specs:  # in the specs' order: the critical paths first
+        if name in wanted:
+            jobs.start(name)
+    yield jobs
+    jobs.close()
+
+
+@pytest.fixture(scope="module")
+def main_run(jobs) -> Path:
+    jobs.result("fit").ok()
+    return jobs.main_run
+
+
+def load_metrics(path: Path) -> dict:
+    return json.loads(path.read_text())
+
+
+# ------------------------------------------------------------------------------------- 1. fit
+@needs("fit")
+def test_fit_run_directory(main_run):
+    for name in ("config.yaml", "hparams.yaml", "vocab.json", "metrics.json", "checkpoints/best.ckpt", "checkpoints/last.ckpt"):
+        assert (main_run / name).is_file(), f"{name} missing from {sorted(p.name for p in main_run.rglob('*'))}"
+    assert list(main_run.glob("events.out.tfevents.*")), "no TensorBoard event file"
+    assert not list(main_run.glob("metrics-*.json")), "fit wrote more than one metrics file"
+
+
+@needs("fit")
+def test_fit_metrics(main_run, corpus):
+    m = load_metrics(main_run / "metrics.json")
+    missing = [k for k in [*TEST_KEYS, "updates", "fit_seconds"] if k not in m]
+    assert not missing, f"metrics.json lacks {missing}: {sorted(m)}"
+    for k in [*TEST_KEYS, "updates", "fit_seconds"]:
+        assert isinstance(m[k], (int, float)) and math.isfinite(m[k]), (k, m[k])
+    assert m["updates"] > 0 and m["fit_seconds"] > 0
+    assert m["test/loss"] == pytest.approx(m["test/rec"] + m["test/kl"], rel=1e-4, abs=1e-4)
+    # IW-NLL bounds -ELBO in expectation; both are one stochastic estimate, hence the slack.
+    assert m["test/iw_nll"] <= m["test/loss"] + 0.02 * abs(m["test/loss"]) + 0.1
+    assert m["test/iw_nll"] > 0 and m["test/rec"] > 0 and m["test/kl"] > -1e-4
+    assert 0 <= m["test/au"] <= LATENT
+    # Perplexities are per predicted token of the test split (the n words and </s>).
+    test = m["data"]["test"]
+    assert test["texts"] == 30 and test["predicted_tokens"] == test["tokens"] + 30
+    per_token = test["texts"] / test["predicted_tokens"]
+    assert m["test/elbo_ppl"] == pytest.approx(math.exp(m["test/loss"] * per_token), rel=1e-3)
+    assert m["test/iw_ppl"] == pytest.approx(math.exp(m["test/iw_nll"] * per_token), rel=1e-3)
+    assert m["data"]["train"]["texts"] == 100 and m["data"]["train"]["too_long_skipped"] == 0
+    assert Path(m["best_checkpoint"]) == main_run / "checkpoints" / "best.ckpt"
+
+
+@needs("fit")
+def test_fit_tensorboard_scalars(main_run):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(main_run), size_guidance={"scalars": 0})
+    acc.Reload()
+    tags = set(acc.Tags()["scalars"])
+    missing = [t for t in VAL_SCALARS + TRAIN_SCALARS if t not in tags]
+    assert not missing, f"event files lack {missing}; have {sorted(tags)}"
+    for tag in VAL_SCALARS + TRAIN_SCALARS:
+        assert all(math.isfinite(e.value) for e in acc.Scalars(tag)), tag
+    assert len(acc.Scalars("val/loss")) == 2  # one per epoch (the sanity check is not logged)
+    assert len(acc.Scalars("train/loss")) > 2  # per step with log_every_n_steps 1
+
+
+# ------------------------------------------------------------------------------------- 2. test
+@needs("fit", "test_twice")
+def test_test_subcommand_never_overwrites(jobs, main_run):
+    first, snapshot, second = jobs.result("test_twice")
+    fit_metrics = main_run / "metrics.json"
+    for result in (first, second):
+        result.ok()
+        for key in TEST_KEYS:
+            printed = re.search(rf"^\s+{re.escape(key)}\s+-?\d", result.stdout, flags=re.M)
+            assert printed, f"{key} not printed\n{result.describe()}"
+        m = load_metrics(result.wrote)
+        assert all(math.isfinite(m[k]) for k in TEST_KEYS)
+        assert m["checkpoint"] == str(main_run / "checkpoints" / "best.ckpt")
+    # Where they land: each `test` run gets the next logger version of the same save_dir/name.
+    assert first.wrote != fit_metrics and first.wrote.name == "metrics.json"
+    assert first.wrote.parent.parent == main_run.parent
+    assert second.wrote not in snapshot, f"second test wrote over {second.wrote}"
+    assert fit_metrics in snapshot and first.wrote in snapshot
+    for path, data in snapshot.items():
+        assert path.read_bytes() == data, f"{path} changed"
+
+
+# ------------------------------------------------------------------------------------- 3. resume
+@needs("resume_first", "resume_second")
+def test_resume_keeps_config_and_never_overwrites_metrics(jobs):
+    first, before, second = jobs.result("resume_second")
+    second.ok()
+    run = first.wrote.parent
+    assert first.wrote == run / "metrics.json" and run.name == "v"
+    assert second.wrote == run / "metrics-2.json"
+    assert (run / "config.yaml").read_bytes() == before["config.yaml"], "resume rewrote config.yaml"
+    assert (run / "metrics.json").read_bytes() == before["metrics.json"], "resume overwrote metrics.json"
+    m1, m2 = load_metrics(run / "metrics.json"), load_metrics(run / "metrics-2.json")
+    assert m1["epochs"] == 1 and m2["epochs"] == 2
+    assert m2["updates"] == 2 * m1["updates"], "the update count did not continue from the checkpoint"
+    assert m2["fit_seconds"] >= m1["fit_seconds"]
+    assert all(math.isfinite(m2[k]) for k in TEST_KEYS)
+    assert sorted(p.name for p in run.parent.iterdir()) == ["v"], "resume opened another run directory"
+
+
+# ------------------------------------------------------------------------------------- 4. validate
+@needs("fit", "validate")
+def test_validate_subcommand(jobs):
+    result = jobs.result("validate").ok()
+    assert "val/loss" in result.stdout, result.describe()
+
+
+# ------------------------------------------------------------------------------------- 5. bad input
+@needs("bad:{case}")
+@pytest.mark.parametrize("case", list(BAD_INPUTS))
+def test_bad_input_is_one_error_line(jobs, corpus, case):
+    result = jobs.result(f"bad:{case}")
+    assert result.returncode not in (0, None), result.describe()
+    assert "Traceback" not in result.stderr, result.describe()
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("seqvae: error:"), result.describe()
+    for expected in BAD_INPUTS[case][1]:
+        assert _fill(expected, corpus) in last, f"{expected!r} not in {last!r}"
+
+
+@needs("long_line")
+def test_long_line_trains(jobs):
+    result = jobs.result("long_line").ok()
+    train = load_metrics(result.wrote)["data"]["train"]
+    assert train["texts"] == 101 and train["too_long_skipped"] == 0
+
+
+@needs("long_line_skipped")
+def test_long_line_skipped_with_max_length(jobs):
+    result = jobs.result("long_line_skipped").ok()
+    m = load_metrics(result.wrote)
+    assert m["data"]["train"]["too_long_skipped"] == 1 and m["data"]["train"]["texts"] == 100
+    assert "1 too-long lines skipped" in result.stderr
+    assert all(math.isfinite(m[k]) for k in TEST_KEYS)
+
+
+@needs("crlf", "fit")
+def test_crlf_line_endings(jobs, main_run):
+    result = jobs.result("crlf").ok()
+    run = result.wrote.parent
+    # \r\n is whitespace: same vocabulary and counts as the \n file of the main run.
+    vocab = json.loads((run / "vocab.json").read_text())["tokenizer"]["model"]["vocab"]
+    assert not [w for w in vocab if "\r" in w]
+    assert vocab == json.loads((main_run / "vocab.json").read_text())["tokenizer"]["model"]["vocab"]
+    assert load_metrics(result.wrote)["data"]["train"] == load_metrics(main_run / "metrics.json")["data"]["train"]
+
+
+# ------------------------------------------------------------------------------------- 6. Python API
+@needs("fit")
+def test_python_api_from_checkpoint(main_run):
+    import torch
+
+    from seqvae import SeqVAE
+
+    model = SeqVAE.load_from_checkpoint(main_run / "checkpoints" / "best.ckpt", map_location="cpu")
+    mu, logvar = model.encode(["a b"])
+    assert mu.shape == (1, LATENT) and logvar.shape == (1, LATENT)
+    assert torch.isfinite(mu).all() and torch.isfinite(logvar).all()
+    texts = ["the cat sat on the mat", "a dog", "unseen words here"]
+    nll = model.iw_nll(texts, n_samples=3)
+    assert nll.shape == (3,) and torch.isfinite(nll).all() and (nll >= 0).all()
+
+
+# ------------------------------------------------------------------------------------- 7. download
+@needs("download_help")
+def test_download_help_dispatches(jobs):
+    result = jobs.result("download_help").ok()
+    assert "usage" in result.stdout.lower() and "download" in result.stdout, result.describe()
