@@ -28,8 +28,8 @@ from seqvae.data import BucketBatchSampler, Vocabulary, read_corpus
 from seqvae.metrics import iw_nll
 from seqvae.model import SeqVAE
 
-CONFIGS = {"paper": dict(embed_dim=512, hidden_dim=1024, latent_dim=32, vocab_size=20000),
-           "small": dict(embed_dim=64, hidden_dim=128, latent_dim=32, vocab_size=5000)}  # fmt: skip
+CONFIGS = {"small": dict(embed_dim=64, hidden_dim=128, latent_dim=32, vocab_size=5000),  # first: RSS is a lifetime peak
+           "paper": dict(embed_dim=512, hidden_dim=1024, latent_dim=32, vocab_size=20000)}  # fmt: skip
 QUICK = {"paper": (1, 2, 1), "small": (1, 5, 1)}  # warm-up steps, timed steps, IW documents
 FULL = {"paper": (2, 10, 2), "small": (3, 40, 8)}
 YAHOO = Path(__file__).resolve().parents[2] / "shared/data/yahoo/valid.txt"
@@ -83,7 +83,8 @@ def yahoo_batches(path: Path, vocab_size: int, n: int, seed: int = 0):
         source = f"{path.name}: {len(ids)} texts, mean length {mean:.1f} tokens incl. <s> </s>"
     else:
         g = torch.Generator().manual_seed(seed)  # lognormal lengths: mean ~80, median 70, max 200
-        lens = (torch.randn(n, generator=g) * 0.5 + math.log(70)).exp().round().clamp(22, 200).long().tolist()
+        lens = (torch.randn(max(n, 300), generator=g) * 0.5 + math.log(70)).exp().round().clamp(22, 200).long().tolist()
+        lens = sorted(lens, key=lambda t: abs(t - sum(lens) / len(lens)))[:n]  # as above: closest to the mean
         tokens = [torch.cat([torch.ones(BATCH, 1, dtype=torch.long), torch.randint(4, vocab_size, (BATCH, t - 2), generator=g),
                              torch.full((BATCH, 1), 2)], 1) for t in lens]  # fmt: skip
         source = "synthetic ids (no Yahoo file), lognormal lengths"
@@ -92,8 +93,7 @@ def yahoo_batches(path: Path, vocab_size: int, n: int, seed: int = 0):
 
 def train_direct(model, batches, warm, device, bf16) -> float:
     """SeqVAE.training_step without Lightning: loss_terms, zero_grad, backward, clip, 2 SGD steps."""
-    model.train()
-    opts = model.configure_optimizers()
+    opts = model.train().configure_optimizers()
     for i, batch in enumerate(batches):
         if i == warm:
             start = clock(device)
@@ -108,34 +108,27 @@ def train_direct(model, batches, warm, device, bf16) -> float:
     return clock(device) - start
 
 
-class StepClock(pl.Callback):  # wall time from the end of the last warm-up batch to the end of the last
-    def __init__(self, warm, device):
-        self.warm, self.device, self.start, self.end = warm, device, None, None
-
-    def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
-        self.end = clock(self.device)
-        self.start = self.end if batch_idx == self.warm - 1 else self.start
-
-
 def train_lightning(model, batches, warm, device, bf16) -> tuple[float, float]:
-    """A real Trainer fit; returns the timed wall time and the part of it inside training_step."""
-    step_clock, inner, training_step = StepClock(warm, device), [0.0], model.training_step
+    """A real Trainer fit. Returns the wall time from the end of the last warm-up training_step to
+    the end of the last one, and the part of it spent inside training_step (the rest is Lightning's)."""
+    ends, inner, training_step = {}, [0.0], model.training_step
 
     def timed_step(batch, batch_idx):
         start = clock(device)
         training_step(batch, batch_idx)
-        inner[0] += clock(device) - start if batch_idx >= warm else 0.0
+        ends[batch_idx] = clock(device)
+        inner[0] += ends[batch_idx] - start if batch_idx >= warm else 0.0
 
     model.training_step = timed_step
     trainer = pl.Trainer(
         accelerator="gpu" if device.type == "cuda" else "cpu", devices=1, max_epochs=1,
         limit_train_batches=len(batches), limit_val_batches=0, num_sanity_val_steps=0,
         precision="bf16-mixed" if bf16 else "32-true", logger=False, enable_checkpointing=False,
-        enable_progress_bar=False, enable_model_summary=False, callbacks=[step_clock],
+        enable_progress_bar=False, enable_model_summary=False,
     )  # fmt: skip
     trainer.fit(model, train_dataloaders=torch.utils.data.DataLoader(batches, batch_size=None))
     del model.training_step
-    return step_clock.end - step_clock.start, inner[0]
+    return ends[len(batches) - 1] - ends[warm - 1], inner[0]
 
 
 def iw_bench(model, batch, n_docs, n_samples, device, bf16):
@@ -189,7 +182,8 @@ def main():
             key = f"{str(dtype).split('.')[1]} {shape}"
             gemm[key] = gemm_gflops(m, k, n, dtype, device, 3 if m * n > 2**22 else 10)
             print(f"GEMM {key:<38} {gemm[key]:8.1f} GFLOP/s")
-    res["memory_after_gemm"] = memory(device)
+    res["memory_after_gemm"] = mem = memory(device)
+    print(f"  max RSS after the GEMMs {mem['max_rss_mib']:.0f} MiB")
     peak = gemm.get("bfloat16 square 2048^3" if args.bf16 else "float32 square 2048^3", gemm["float32 square 2048^3"])
 
     def line(label, seconds, n, count, flops, unit="tokens", per="step", note=""):
@@ -208,13 +202,15 @@ def main():
         on_device = [{k: v.to(device) for k, v in b.items()} for b in warm_batches + batches]
         tokens = sum(int((b["lengths"] - 1).sum()) for b in batches)
         flops = sum(3 * flops_fwd(cfg, BATCH, b["tokens"].size(1)) for b in batches)
+        H, V = cfg["hidden_dim"], cfg["vocab_size"]
         out = res[name] = {"config": cfg, "warmup_steps": warm, "timed_steps": steps, "lengths": [b["tokens"].size(1) for b in batches],
-                           "train_flops_per_token": flops / tokens,
-                           "output_layer_flop_share": 80 * 2 * cfg["hidden_dim"] * cfg["vocab_size"] / flops_fwd(cfg, 1, 81)}  # fmt: skip
+                           "train_flops_per_token": flops / tokens, "output_layer_flop_share": 80 * 2 * H * V / flops_fwd(cfg, 1, 81),
+                           "recurrent_flop_share": (81 + 80) * 8 * H * H / flops_fwd(cfg, 1, 81)}  # fmt: skip
         print(f"\n[{name}] {cfg}\n  {steps} timed steps (+{warm} warm-up at T={WARM_T}) of {BATCH} x "
               f"T={out['lengths'][:4]}{'…' if steps > 4 else ''}; {res['data']}")  # fmt: skip
         print(f"  analytic training FLOPs per predicted token {flops / tokens / 1e6:.1f} M "
-              f"(output layer {out['output_layer_flop_share']:.0%} of them at T=81)")  # fmt: skip
+              f"(at T=81: output layer {out['output_layer_flop_share']:.0%}, recurrent h·W_hh of both LSTMs "
+              f"{out['recurrent_flop_share']:.0%})")  # fmt: skip
 
         direct = train_direct(SeqVAE(**cfg).to(device), on_device, warm, device, args.bf16)
         out["train"] = line("train (direct loop)", direct, steps, tokens, flops)
@@ -233,9 +229,9 @@ def main():
         seconds, chunk = iw_bench(model.to(device), on_device[warm], n_docs, args.iw_samples, device, args.bf16)
         T = batches[0]["tokens"].size(1)
         iw_flops = n_docs * flops_fwd(cfg, 1, T, args.iw_samples, encoder_once=True)
-        out["iw"] = line(f"IW-NLL K={args.iw_samples}", seconds, n_docs, n_docs, iw_flops, "docs", "doc")
+        note = f"; {n_docs} doc(s) of T={T} at once, {chunk} samples per decoder call"
+        out["iw"] = line(f"IW-NLL K={args.iw_samples}", seconds, n_docs, n_docs, iw_flops, "docs", "doc", note)
         out["iw"].update(docs=n_docs, doc_length=T, samples_per_decoder_call=chunk)
-        print(f"  {'':25}({n_docs} doc(s) of T={T} at once, {chunk} samples per decoder call)")
 
     res["loadavg_end"], res["wall_s"] = os.getloadavg(), time.perf_counter() - began
     print(f"\ntotal {res['wall_s']:.0f} s; 1-min load average at end {res['loadavg_end'][0]:.2f} "

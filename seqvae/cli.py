@@ -102,12 +102,17 @@ class SeqVAECLI(LightningCLI):
     def after_fit(self):
         if self.trainer.interrupted:
             return
-        updates, seconds = self.model.num_updates, self.model.fit_seconds
+        m = self.model
+        totals = {
+            "updates": m.num_updates,
+            "encoder_updates": m.encoder_updates,
+            "decoder_updates": m.decoder_updates,
+            "fit_seconds": round(m.fit_seconds, 1),
+            "epochs": self.trainer.current_epoch,
+        }
         best = self.trainer.checkpoint_callback.best_model_path or None
-        self.trainer.test(self.model, datamodule=self.datamodule, ckpt_path="best" if best else None)
-        self._write_metrics(
-            {"updates": updates, "fit_seconds": round(seconds, 1), "best_checkpoint": best, "epochs": self.trainer.current_epoch}
-        )
+        self.trainer.test(m, datamodule=self.datamodule, ckpt_path="best" if best else None)
+        self._write_metrics({**totals, "best_checkpoint": best})
 
     def after_test(self):
         ckpt = self.config_init[self.subcommand].get("ckpt_path")

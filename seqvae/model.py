@@ -42,6 +42,7 @@ class SeqVAE(pl.LightningModule):
         test_iw_samples: Importance samples for IW-NLL at test (500 in the papers).
         iw_max_elements: Memory budget of one IW decoder chunk, in logits (B·K·T·V) elements.
         mi_dataset: Also compute MI with the whole evaluation set as the pool (Li et al.).
+        eval_seed: Seed of the noise of every evaluation pass (z samples of rec, IW-NLL and MI).
         init_encoder_from: Checkpoint whose encoder (embedding, LSTM, posterior layer) replaces
             this model's before training (encoder pretraining); the decoder stays fresh.
         aggressive: Aggressive encoder training (He et al. 2019); None for plain training.
@@ -69,6 +70,7 @@ class SeqVAE(pl.LightningModule):
         test_iw_samples: int = 500,
         iw_max_elements: int = 2**26,
         mi_dataset: bool = True,
+        eval_seed: int = 0,
         init_encoder_from: str | None = None,
         aggressive: AggressiveTraining | None = None,
         bn_gamma: float | None = None,
@@ -89,6 +91,7 @@ class SeqVAE(pl.LightningModule):
         self.decoder_updates = 0
         self.fit_seconds = 0.0  # training wall time, accumulated across resumes
         self.vocab: Vocabulary | None = None
+        self._eval_generator: torch.Generator | None = None
 
     # ---------------------------------------------------------------- loss of one batch
     def kl_weight(self) -> float:
@@ -210,19 +213,33 @@ class SeqVAE(pl.LightningModule):
             nll = -self.decoder.log_likelihood(tokens, lengths, None)[:, 0]  # exact
             metrics.update(nll, torch.zeros_like(nll), n_predicted, iw_nll=nll if n_iw else None)
             return
+        gen = self._eval_generator
         mu, logvar, h = self.encoder(tokens, lengths)
-        rec = -self.decoder.log_likelihood(tokens, lengths, sample_posterior(mu, logvar, 1))[:, 0]
+        rec = -self.decoder.log_likelihood(tokens, lengths, sample_posterior(mu, logvar, 1, gen))[:, 0]
         kl = gaussian_kl(mu, logvar).sum(-1)
         iw = None
         if n_iw:
-            iw = iw_nll(lambda z: self.decoder.log_likelihood(tokens, lengths, z), mu, logvar, n_iw, self._iw_chunk(tokens))
-        metrics.update(rec, kl, n_predicted, mu, logvar, h, iw)
+            ll = lambda z: self.decoder.log_likelihood(tokens, lengths, z)  # noqa: E731
+            iw = iw_nll(ll, mu, logvar, n_iw, self._iw_chunk(tokens), gen)
+        metrics.update(rec, kl, n_predicted, mu, logvar, h, iw, mi_generator=gen)
+
+    def _start_eval(self):
+        # Evaluation draws its noise from its own generator, seeded afresh every epoch: a
+        # checkpoint's metrics do not depend on what ran before (fit's own test and a later
+        # `seqvae test` of the same checkpoint agree).
+        self._eval_generator = torch.Generator(device=self.device).manual_seed(self.hparams.eval_seed)
 
     def _log_eval(self, stage: str, metrics: EvalMetrics) -> dict[str, float]:
         values = {f"{stage}/{k}": v for k, v in metrics.compute().items()}
         metrics.reset()
         self.log_dict(values)
         return values
+
+    def on_validation_epoch_start(self):
+        self._start_eval()
+
+    def on_test_epoch_start(self):
+        self._start_eval()
 
     def validation_step(self, batch, batch_idx):
         self._eval_step(batch, self.val_metrics, self.hparams.val_iw_samples)
