@@ -1,0 +1,77 @@
+"""Every shipped config parses, instantiates, and (for the yahoo10k variants) trains a few steps.
+
+The corpus paths are overridden with a tiny generated corpus, so the real Yahoo/Yelp files are not
+needed; everything else (model, schedules, penalties, aggressive training, callbacks) is the
+config's own.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from seqvae.cli import SeqVAECLI
+
+from test_model import write_corpus
+
+CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+VARIANTS = sorted(p.stem for p in (CONFIGS / "yahoo10k").glob("*.yaml") if p.stem != "base")
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    root = tmp_path_factory.mktemp("corpus")
+    for name, seed in (("train", 0), ("valid", 1), ("test", 2)):
+        write_corpus(root / f"{name}.txt", 60, seed)
+    return root
+
+
+def build(configs, root, tmp_path, extra=()):
+    args = [f"--config={c}" for c in configs] + [
+        f"--data.train={root / 'train.txt'}", f"--data.val={root / 'valid.txt'}", f"--data.test={root / 'test.txt'}",
+        "--data.train_lines=null", "--data.val_lines=null", "--data.test_lines=null", "--data.max_vocab=null",
+        "--data.label_column=false", "--data.unk_token=<unk>",
+        "--model.embed_dim=8", "--model.hidden_dim=12", "--model.test_iw_samples=2",
+        f"--trainer.logger.init_args.save_dir={tmp_path}", "--trainer.accelerator=cpu", *extra,
+    ]  # fmt: skip
+    return SeqVAECLI(args=args, run=False)
+
+
+def test_every_variant_has_all_three_datasets():
+    for ds in ("yahoo", "yelp"):
+        assert sorted(p.stem for p in (CONFIGS / ds).glob("*.yaml") if p.stem != "base") == VARIANTS
+
+
+@pytest.mark.parametrize("dataset", ["yahoo", "yelp", "yahoo10k"])
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_config_instantiates(dataset, variant, tiny, tmp_path):
+    extra = ["--model.init_encoder_from=null"] if variant == "freebits" else []
+    cli = build([CONFIGS / dataset / "base.yaml", CONFIGS / dataset / f"{variant}.yaml"], tiny, tmp_path, extra)
+    model = cli.model
+    assert model.hparams.vocab_size == cli.datamodule.vocab_size  # linked
+    assert cli.trainer.max_epochs == 100
+    if variant == "lm":
+        assert model.encoder is None
+    if variant in ("last", "avg", "max", "abs"):
+        assert model.hparams.pooling == variant
+    if variant == "aggressive":
+        assert model.aggressive is not None and model.aggressive.active
+    if variant == "autoencoder":
+        assert model.kl_schedule.weight(0, 10, 100) == 0.0 and cli.trainer.checkpoint_callback.monitor == "val/rec"
+
+
+@pytest.mark.parametrize("variant", ["last", "max", "cosine", "aggressive", "freebits", "cyclical", "bnvae", "lm"])
+def test_yahoo10k_variant_trains(variant, tiny, tmp_path):
+    extra = ["--model.init_encoder_from=null"] if variant == "freebits" else []
+    extra += ["--trainer.max_epochs=1", "--trainer.limit_train_batches=2", "--trainer.limit_val_batches=2",
+              "--trainer.enable_model_summary=false", "--trainer.num_sanity_val_steps=0"]  # fmt: skip
+    if variant == "aggressive":
+        extra += ["--model.aggressive.init_args.max_inner_steps=3"]
+    cli = build([CONFIGS / "yahoo10k/base.yaml", CONFIGS / f"yahoo10k/{variant}.yaml"], tiny, tmp_path, extra)
+    before = [p.detach().clone() for p in cli.model.parameters() if p.requires_grad]
+    cli.trainer.fit(cli.model, cli.datamodule)
+    after = [p for p in cli.model.parameters() if p.requires_grad]
+    assert all(not torch.equal(a, b) for a, b in zip(before, after))
+    assert torch.isfinite(cli.trainer.callback_metrics["val/loss"])
