@@ -118,6 +118,21 @@ class SeqVAECLI(LightningCLI):
         ckpt = self.config_init[self.subcommand].get("ckpt_path")
         self._write_metrics({"checkpoint": ckpt})
 
+    def after_predict(self):
+        """Writes one reconstruction per input line to predictions.txt in the run directory."""
+        predictions = self.trainer.predict_loop.predictions
+        lines = [t for batch in predictions for t in batch]
+        path = Path(self.trainer.log_dir) / "predictions.txt"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        n = 1
+        while path.exists():
+            n += 1
+            path = path.with_name(f"predictions-{n}.txt")
+        tmp = path.with_name(f".tmp-{path.name}")
+        tmp.write_text("".join(line + "\n" for line in lines))
+        os.replace(tmp, path)
+        print(f"seqvae: wrote {len(lines)} reconstructions to {path}")
+
     def _write_metrics(self, extra: dict):
         metrics = {k: float(v) for k, v in self.trainer.callback_metrics.items() if k.startswith("test/")}
         metrics.update({"best_updates": self.model.num_updates, **extra})

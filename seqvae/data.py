@@ -248,6 +248,7 @@ class TextDataModule(pl.LightningDataModule):
         train_lines: 1-based inclusive line range of `train` to use, e.g. "1-8000"; all if unset.
         val_lines: Line range of the validation file.
         test_lines: Line range of the test file.
+        predict: Texts for `seqvae predict` (default: the test split), kept in file order.
         unk_token: The corpus's unknown-word token (`_UNK` for Yahoo/Yelp, `<unk>` for PTB).
         label_column: Lines are `label<TAB>text`; the label is kept as metadata, not modelled.
         min_freq: Training words seen fewer times map to the unknown token.
@@ -269,6 +270,7 @@ class TextDataModule(pl.LightningDataModule):
         train_lines: str | None = None,
         val_lines: str | None = None,
         test_lines: str | None = None,
+        predict: str | None = None,
         unk_token: str = "<unk>",
         label_column: bool = False,
         min_freq: int = 1,
@@ -334,7 +336,14 @@ class TextDataModule(pl.LightningDataModule):
         return self._loader("test", shuffle=False)
 
     def predict_dataloader(self) -> DataLoader:
-        return self._loader("test", shuffle=False)
+        if self.hparams.predict:
+            corpus = read_corpus(self.hparams.predict, None, self.hparams.label_column)
+            data = [torch.tensor(x) for x in self.vocab.encode(corpus.texts)]
+        else:
+            data = self.ids["test"]
+        # File order (padded batches, not length buckets): output line i is input line i.
+        sampler = RandomBatchSampler([len(x) for x in data], self.hparams.eval_batch_size, shuffle=False)
+        return DataLoader(data, batch_sampler=sampler, collate_fn=collate)
 
     def random_train_batch(self, generator: random.Random) -> dict[str, torch.Tensor]:
         """One uniformly drawn training batch (aggressive training's inner loop)."""

@@ -13,7 +13,7 @@ import pytorch_lightning as pl
 import torch
 
 from .aggressive import AggressiveTraining
-from .data import PAD_ID, UNK_ID, Vocabulary, collate
+from .data import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Vocabulary, collate
 from .losses import KLPenalty, Regularizer, StandardKL, gaussian_kl
 from .metrics import EvalMetrics, iw_nll, sample_posterior
 from .networks import LSTMDecoder, LSTMEncoder, Pooling
@@ -260,6 +260,14 @@ class SeqVAE(pl.LightningModule):
     def on_test_epoch_end(self):
         self._log_eval("test", self.test_metrics)
 
+    def predict_step(self, batch, batch_idx):
+        """`seqvae predict`: the greedy reconstruction of every input text from its posterior
+        mean (a collapsed model gives the same text for every input, visibly)."""
+        tokens, lengths = batch["tokens"], batch["lengths"]
+        z = self.encoder(tokens, lengths)[0] if self.encoder is not None else None
+        ids = self.decoder.generate(z, tokens.size(0), BOS_ID, EOS_ID, max_length=int(lengths.max()) + 20)
+        return [self.vocab.decode(row.tolist()) for row in ids]
+
     # ---------------------------------------------------------------- checkpoint extras
     def on_save_checkpoint(self, checkpoint):
         self._tick()
@@ -325,6 +333,29 @@ class SeqVAE(pl.LightningModule):
 
         outs = self._evaluate(texts, per_batch, batch_size)
         return torch.cat(outs) if outs else torch.empty(0)
+
+    def reconstruct(self, texts: list[str], temperature: float = 0.0, max_length: int = 100, batch_size: int = 64) -> list[str]:
+        """Decodes each text from its posterior mean: greedy (temperature 0) or sampled."""
+
+        def per_batch(b):
+            z = self.encoder(b["tokens"], b["lengths"])[0] if self.encoder is not None else None
+            ids = self.decoder.generate(z, b["tokens"].size(0), BOS_ID, EOS_ID, max_length, temperature)
+            return [self.vocab.decode(row.tolist()) for row in ids]
+
+        return [t for out in self._evaluate(texts, per_batch, batch_size) for t in out]
+
+    def sample(self, n: int, temperature: float = 1.0, max_length: int = 100) -> list[str]:
+        """n texts decoded from z ~ N(0, I)."""
+        if self.vocab is None:
+            raise RuntimeError("this model has no vocabulary: load it from a checkpoint or train it first")
+        was_training = self.training
+        self.eval()
+        try:
+            z = torch.randn(n, self.hparams.latent_dim, device=self.device) if self.encoder is not None else None
+            ids = self.decoder.generate(z, n, BOS_ID, EOS_ID, max_length, temperature)
+        finally:
+            self.train(was_training)
+        return [self.vocab.decode(row.tolist()) for row in ids]
 
     def iw_nll(self, texts: list[str], n_samples: int = 500, batch_size: int = 16) -> torch.Tensor:
         """Importance-weighted NLL per text in nats, (N,); exact NLL for the language model."""

@@ -128,6 +128,39 @@ class LSTMDecoder(nn.Module):
             logits = logits + self.z_to_out(z).unsqueeze(1)
         return logits
 
+    @torch.no_grad()
+    def generate(self, z: torch.Tensor | None, n: int, bos_id: int, eos_id: int, max_length: int = 100, temperature: float = 0.0, generator=None):
+        """Decodes n sequences step by step from z (n, Z) (or none: the language model):
+        greedy when temperature is 0, else sampling from softmax(logits / temperature).
+        Returns ids (n, L) without `<s>`; a sequence ends at its first `</s>`."""
+        device = self.out.weight.device
+        state = None
+        if self.latent_dim:
+            c0 = self.z_to_c0(z).unsqueeze(0)
+            state = (torch.tanh(c0), c0)
+        x = torch.full((n, 1), bos_id, dtype=torch.long, device=device)
+        done = torch.zeros(n, dtype=torch.bool, device=device)
+        out = []
+        for _ in range(max_length):
+            inp = self.embed(x)  # (n, 1, E)
+            if self.latent_dim:
+                inp = torch.cat([inp, z.unsqueeze(1)], dim=-1)
+            h, state = self.lstm(inp, state)
+            logits = self.out(h[:, -1])  # (n, V)
+            if self.skip:
+                logits = logits + self.z_to_out(z)
+            if temperature > 0:
+                nxt = torch.multinomial(torch.softmax(logits / temperature, -1), 1, generator=generator).squeeze(1)
+            else:
+                nxt = logits.argmax(-1)
+            nxt = nxt.masked_fill(done, eos_id)
+            out.append(nxt)
+            done |= nxt == eos_id
+            if bool(done.all()):
+                break
+            x = nxt.unsqueeze(1)
+        return torch.stack(out, dim=1)
+
     def log_likelihood(self, tokens: torch.Tensor, lengths: torch.Tensor, z: torch.Tensor | None, inputs=None):
         """log p(x | z) summed over the n + 1 predicted tokens.
 

@@ -214,3 +214,41 @@ def test_evaluation_is_deterministic(corpus, tmp_path):
     torch.rand(7)  # a different global RNG state must not change the metrics
     second = t.validate(model, dm, verbose=False)[0]
     assert first == second
+
+
+def test_greedy_generation_agrees_with_teacher_forced_decoder(corpus):
+    """Each greedily generated token is the argmax of the decoder run over the generated prefix."""
+    from seqvae.data import BOS_ID, EOS_ID
+
+    root, val = corpus
+    dm = datamodule(root)
+    torch.manual_seed(0)
+    for kw in ({}, {"skip": True}, {"latent_dim": 0}):
+        model = tiny_model(dm.vocab_size, **kw).eval()
+        with torch.no_grad():
+            model.decoder.out.weight.normal_(0, 2.0)
+            if model.decoder.z_to_c0 is not None:
+                model.decoder.z_to_c0.weight.normal_(0, 2.0)
+        z = torch.randn(5, 4) if model.encoder is not None else None
+        ids = model.decoder.generate(z, 5, BOS_ID, EOS_ID, max_length=12)
+        inputs = torch.cat([torch.full((5, 1), BOS_ID), ids[:, :-1]], dim=1)
+        with torch.no_grad():
+            expected = model.decoder(inputs, z).argmax(-1)
+        for row, exp in zip(ids, expected):
+            stop = (row == EOS_ID).nonzero()
+            n = int(stop[0]) + 1 if len(stop) else len(row)
+            assert torch.equal(row[:n], exp[:n])
+            assert torch.all(row[n:] == EOS_ID)  # nothing after the first </s>
+
+
+def test_reconstruct_and_sample_return_one_text_per_input(corpus):
+    root, val = corpus
+    dm = datamodule(root)
+    model = tiny_model(dm.vocab_size)
+    model.vocab = dm.vocab
+    out = model.reconstruct(val[:7], max_length=5)
+    assert len(out) == 7 and all(len(t.split()) <= 5 for t in out)
+    assert model.reconstruct(val[:7], max_length=5) == out  # greedy: deterministic
+    samples = model.sample(3, temperature=1.0, max_length=6)
+    vocab = set(dm.vocab.tokenizer.get_vocab())
+    assert len(samples) == 3 and all(w in vocab for t in samples for w in t.split())
