@@ -18,7 +18,16 @@ Other processes on the machine lower every figure: read them as lower bounds.
 
 from __future__ import annotations
 
-import argparse, contextlib, json, logging, math, os, resource, sys, time, warnings  # noqa: E401
+import argparse  # noqa: E401
+import contextlib
+import json
+import logging
+import math
+import os
+import resource
+import sys
+import time
+import warnings
 from pathlib import Path
 
 import pytorch_lightning as pl
@@ -192,7 +201,13 @@ def main():
         cuda = f", cuda {mem['cuda_max_allocated_mib']:.0f} MiB" if "cuda_max_allocated_mib" in mem else ""
         print(f"  {label:<25}{count / seconds:9.{0 if unit == 'tokens' else 3}f} {unit}/s {seconds / n:7.3f} s/{per} "
               f"{gflops:6.1f} GFLOP/s = {gflops / peak:5.1%} of peak | max RSS {mem['max_rss_mib']:.0f} MiB{cuda}{note}")  # fmt: skip
-        return {f"{unit}_per_s": count / seconds, f"s_per_{per}": seconds / n, "gflops": gflops, "fraction_of_peak": gflops / peak, "memory": mem}
+        return {
+            f"{unit}_per_s": count / seconds,
+            f"s_per_{per}": seconds / n,
+            "gflops": gflops,
+            "fraction_of_peak": gflops / peak,
+            "memory": mem,
+        }
 
     # ---- training and IW per config
     for name, cfg in CONFIGS.items():
@@ -223,7 +238,14 @@ def main():
                 out["train_1_thread"] = line("train (direct, 1 thread)", seconds, steps, tokens, flops)
             seconds, inner = train_lightning(model, warm_batches + batches, warm, device, args.bf16)
             outside = (seconds - inner) / steps
-            out["lightning"] = line("train (pl.Trainer fit)", seconds, steps, tokens, flops, note=f"; {outside * 1e3:.1f} ms/step outside training_step")
+            out["lightning"] = line(
+                "train (pl.Trainer fit)",
+                seconds,
+                steps,
+                tokens,
+                flops,
+                note=f"; {outside * 1e3:.1f} ms/step outside training_step",
+            )
             out["lightning"]["outside_training_step_s_per_step"] = outside
 
         seconds, chunk = iw_bench(model.to(device), on_device[warm], n_docs, args.iw_samples, device, args.bf16)
@@ -234,8 +256,10 @@ def main():
         out["iw"].update(docs=n_docs, doc_length=T, samples_per_decoder_call=chunk)
 
     res["loadavg_end"], res["wall_s"] = os.getloadavg(), time.perf_counter() - began
-    print(f"\ntotal {res['wall_s']:.0f} s; 1-min load average at end {res['loadavg_end'][0]:.2f} "
-          "(other processes on the machine lower every figure: read them as lower bounds)")
+    print(
+        f"\ntotal {res['wall_s']:.0f} s; 1-min load average at end {res['loadavg_end'][0]:.2f} "
+        "(other processes on the machine lower every figure: read them as lower bounds)"
+    )
     if args.json:
         args.json.write_text(json.dumps(res, indent=2) + "\n")
         print(f"wrote {args.json}")

@@ -19,6 +19,7 @@ Processing of each verse, in order:
 Usage (from the repo root):
     python scripts/make_demo_corpus.py
 """
+
 import argparse
 import random
 import re
@@ -28,8 +29,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 UNK = "<unk>"
-ASCII_MAP = str.maketrans({"\u2019": "'", "\u2018": "'", "\u201c": '"',
-                           "\u201d": '"', "\u2014": "-", "\u2013": "-"})
+ASCII_MAP = str.maketrans({"\u2019": "'", "\u2018": "'", "\u201c": '"', "\u201d": '"', "\u2014": "-", "\u2013": "-"})
 TOKEN = re.compile(r"[^\W_]+(?:'[^\W_]+)*|\S")
 
 
@@ -41,8 +41,7 @@ def tokenise(line):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--source", type=Path,
-                    default=REPO.parent / "shared/data/web_bible/verses.txt")
+    ap.add_argument("--source", type=Path, default=REPO.parent / "shared/data/web_bible/verses.txt")
     ap.add_argument("--dest", type=Path, default=REPO / "data/demo")
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--n-train", type=int, default=3000)
@@ -61,8 +60,7 @@ def main():
             if args.min_len <= len(toks) <= args.max_len and key not in seen:
                 seen.add(key)
                 verses.append(toks)
-    print(f"source: {len(verses)} distinct verses of "
-          f"{args.min_len}-{args.max_len} tokens")
+    print(f"source: {len(verses)} distinct verses of {args.min_len}-{args.max_len} tokens")
 
     random.Random(args.seed).shuffle(verses)
     sizes = {"train": args.n_train, "valid": args.n_valid, "test": args.n_test}
@@ -70,13 +68,12 @@ def main():
         ap.error(f"asked for {sum(sizes.values())} verses, only {len(verses)}")
     splits, start = {}, 0
     for name, n in sizes.items():
-        splits[name] = verses[start:start + n]
+        splits[name] = verses[start : start + n]
         start += n
 
     counts = Counter(t for toks in splits["train"] for t in toks)
     vocab = {w for w, c in counts.items() if c >= args.min_count}
-    print(f"vocabulary: {len(vocab) + 1} types ({len(vocab)} words seen "
-          f">= {args.min_count} times in train, plus {UNK})")
+    print(f"vocabulary: {len(vocab) + 1} types ({len(vocab)} words seen >= {args.min_count} times in train, plus {UNK})")
 
     args.dest.mkdir(parents=True, exist_ok=True)
     for name, rows in splits.items():
@@ -85,9 +82,11 @@ def main():
         path.write_text("\n".join(lines) + "\n", encoding="utf-8")
         n_tok = sum(len(toks) for toks in rows)
         n_unk = sum(line.split().count(UNK) for line in lines)
-        print(f"{name:5s}: {len(lines):5d} lines, {n_tok:6d} tokens, "
-              f"{n_tok / len(lines):5.2f} tokens/line, unk rate "
-              f"{100 * n_unk / n_tok:5.2f}%, {path.stat().st_size} bytes")
+        print(
+            f"{name:5s}: {len(lines):5d} lines, {n_tok:6d} tokens, "
+            f"{n_tok / len(lines):5.2f} tokens/line, unk rate "
+            f"{100 * n_unk / n_tok:5.2f}%, {path.stat().st_size} bytes"
+        )
 
 
 if __name__ == "__main__":

@@ -16,6 +16,20 @@ torch.serialization.add_safe_globals(
 )
 
 __all__ = [
-    "AggressiveTraining", "BatchFreeBits", "ConstantKL", "CosineDispersion", "CyclicalKL", "FreeBits", "KLPenalty", "KLSchedule",
-    "LinearKLWarmup", "PlateauRule", "Regularizer", "SeqVAE", "StandardKL", "TextDataModule", "Vocabulary", "read_corpus",
+    "AggressiveTraining",
+    "BatchFreeBits",
+    "ConstantKL",
+    "CosineDispersion",
+    "CyclicalKL",
+    "FreeBits",
+    "KLPenalty",
+    "KLSchedule",
+    "LinearKLWarmup",
+    "PlateauRule",
+    "Regularizer",
+    "SeqVAE",
+    "StandardKL",
+    "TextDataModule",
+    "Vocabulary",
+    "read_corpus",
 ]

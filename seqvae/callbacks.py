@@ -21,7 +21,9 @@ class PlateauRule(Callback):
         max_decays: Stop training at this many decays.
     """
 
-    def __init__(self, monitor: str = "val/loss", patience: int = 2, min_epochs: int = 15, factor: float = 0.5, max_decays: int = 5):
+    def __init__(
+        self, monitor: str = "val/loss", patience: int = 2, min_epochs: int = 15, factor: float = 0.5, max_decays: int = 5
+    ):
         self.monitor, self.patience, self.min_epochs = monitor, patience, min_epochs
         self.factor, self.max_decays = factor, max_decays
         self.best: float | None = None

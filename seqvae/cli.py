@@ -94,7 +94,8 @@ class SeqVAECLI(LightningCLI):
         for split, s in summary.items():
             print(
                 f"seqvae: {split}: {s['texts']} texts, {s['predicted_tokens']} predicted tokens, "
-                f"unk {100 * s['unk_rate']:.2f}%, {s['empty_lines_skipped']} empty and {s['too_long_skipped']} too-long lines skipped",
+                f"unk {100 * s['unk_rate']:.2f}%, {s['empty_lines_skipped']} empty and "
+                f"{s['too_long_skipped']} too-long lines skipped",
                 file=sys.stderr,
             )
         print(f"seqvae: vocabulary {self.datamodule.vocab_size} ids; run directory {self.trainer.log_dir}", file=sys.stderr)

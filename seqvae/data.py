@@ -10,9 +10,10 @@ from __future__ import annotations
 import json
 import random
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator, Literal
+from typing import Literal
 
 import pytorch_lightning as pl
 import torch
@@ -125,7 +126,7 @@ class Vocabulary:
         unk_token: str = "<unk>",
         min_freq: int = 1,
         max_size: int | None = None,
-    ) -> "Vocabulary":
+    ) -> Vocabulary:
         counts = Counter(tok for text in texts for tok in text)
         for special in (PAD, BOS, EOS, unk_token):
             counts.pop(special, None)
@@ -164,7 +165,7 @@ class Vocabulary:
         return json.dumps({"unk_token": self.unk_token, "tokenizer": json.loads(self.tokenizer.to_str())})
 
     @classmethod
-    def from_str(cls, s: str) -> "Vocabulary":
+    def from_str(cls, s: str) -> Vocabulary:
         d = json.loads(s)
         return cls(Tokenizer.from_str(json.dumps(d["tokenizer"])), d["unk_token"])
 
@@ -172,7 +173,7 @@ class Vocabulary:
         Path(path).write_text(self.to_str())
 
     @classmethod
-    def load(cls, path: str | Path) -> "Vocabulary":
+    def load(cls, path: str | Path) -> Vocabulary:
         return cls.from_str(Path(path).read_text())
 
 

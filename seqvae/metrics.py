@@ -9,7 +9,7 @@ processes and gets the whole-set values, and one pass over the data computes eve
 from __future__ import annotations
 
 import math
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 from torchmetrics import Metric
@@ -68,7 +68,10 @@ def mutual_information(mu: torch.Tensor, logvar: torch.Tensor, generator=None, c
     z = sample_posterior(mu, logvar, 1, generator).squeeze(1)  # (M, Z)
     log_qz = torch.cat(
         # log q(z_i) = logsumexp_j log N(z_i; mu_j, σ_j²) - log M; rows of z in chunks, O(M²Z).
-        [torch.logsumexp(log_normal(z[s : s + chunk].unsqueeze(0).expand(m, -1, -1), mu, logvar), dim=0) for s in range(0, m, chunk)]
+        [
+            torch.logsumexp(log_normal(z[s : s + chunk].unsqueeze(0).expand(m, -1, -1), mu, logvar), dim=0)
+            for s in range(0, m, chunk)
+        ]
     ) - math.log(m)
     return neg_entropy - log_qz.mean()
 

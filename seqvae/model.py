@@ -95,7 +95,9 @@ class SeqVAE(pl.LightningModule):
 
     # ---------------------------------------------------------------- loss of one batch
     def kl_weight(self) -> float:
-        return self.kl_schedule.weight(self.num_updates, max(1, int(self.trainer.num_training_batches)), self.trainer.max_epochs or 1)
+        return self.kl_schedule.weight(
+            self.num_updates, max(1, int(self.trainer.num_training_batches)), self.trainer.max_epochs or 1
+        )
 
     def decoder_inputs(self, tokens: torch.Tensor) -> torch.Tensor:
         inputs = tokens[:, :-1]
@@ -139,7 +141,12 @@ class SeqVAE(pl.LightningModule):
         """One SGD update on `batch`: of the whole model, or of `stepped` only (the other
         module's weights then get no gradients at all; gradients still flow through them)."""
         opts = self._optimizers()
-        frozen = [p for m in (self.encoder, self.decoder) if m is not None and stepped is not None and m is not stepped for p in m.parameters()]
+        frozen = [
+            p
+            for m in (self.encoder, self.decoder)
+            if m is not None and stepped is not None and m is not stepped
+            for p in m.parameters()
+        ]
         for p in frozen:
             p.requires_grad_(False)
         try:
@@ -171,7 +178,9 @@ class SeqVAE(pl.LightningModule):
         self.num_updates += 1
         self.log_dict({f"train/{k}": v for k, v in terms.items()}, batch_size=batch["tokens"].size(0))
         self.log("train/kl_weight", weight)
-        self.log_dict({"train/encoder_updates": float(self.encoder_updates), "train/decoder_updates": float(self.decoder_updates)})
+        self.log_dict(
+            {"train/encoder_updates": float(self.encoder_updates), "train/decoder_updates": float(self.decoder_updates)}
+        )
 
     def on_train_start(self):
         self._fit_clock = time.monotonic()
@@ -193,7 +202,10 @@ class SeqVAE(pl.LightningModule):
         if dm is not None and self.vocab is None:
             self.vocab = dm.vocab
         if stage == "fit" and self.aggressive is not None and self.trainer.world_size > 1:
-            raise ValueError("model.aggressive: aggressive training runs on one process only (its random inner batches and MI switch-off are not shared across ranks)")
+            raise ValueError(
+                "model.aggressive: aggressive training runs on one process only "
+                "(its random inner batches and MI switch-off are not shared across ranks)"
+            )
         if stage == "fit" and self.hparams.init_encoder_from and self.encoder is not None:
             # Runs before Lightning restores a resumed run's own checkpoint, which then
             # overwrites these weights: resuming never re-initialises anything.
@@ -365,8 +377,9 @@ class SeqVAE(pl.LightningModule):
             if self.encoder is None:
                 return -self.decoder.log_likelihood(tokens, lengths, None)[:, 0]
             mu, logvar, _ = self.encoder(tokens, lengths)
-            return iw_nll(lambda z: self.decoder.log_likelihood(tokens, lengths, z), mu, logvar, n_samples, self._iw_chunk(tokens))
+            return iw_nll(
+                lambda z: self.decoder.log_likelihood(tokens, lengths, z), mu, logvar, n_samples, self._iw_chunk(tokens)
+            )
 
         outs = self._evaluate(texts, per_batch, batch_size)
         return torch.cat(outs) if outs else torch.empty(0)
-

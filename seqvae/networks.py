@@ -7,7 +7,8 @@ features h (B, H); mu, logvar (B, Z); z (B, K, Z).
 
 from __future__ import annotations
 
-from typing import Callable, Literal
+from collections.abc import Callable
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
@@ -55,7 +56,9 @@ def init_uniform(module: nn.Module) -> None:
 
 
 class LSTMEncoder(nn.Module):
-    def __init__(self, vocab_size: int, embed_dim: int, hidden_dim: int, latent_dim: int, pooling: Pooling, bn_gamma: float | None = None):
+    def __init__(
+        self, vocab_size: int, embed_dim: int, hidden_dim: int, latent_dim: int, pooling: Pooling, bn_gamma: float | None = None
+    ):
         super().__init__()
         self.pool = POOLINGS[pooling]
         self.embed = nn.Embedding(vocab_size, embed_dim)
@@ -129,7 +132,16 @@ class LSTMDecoder(nn.Module):
         return logits
 
     @torch.no_grad()
-    def generate(self, z: torch.Tensor | None, n: int, bos_id: int, eos_id: int, max_length: int = 100, temperature: float = 0.0, generator=None):
+    def generate(
+        self,
+        z: torch.Tensor | None,
+        n: int,
+        bos_id: int,
+        eos_id: int,
+        max_length: int = 100,
+        temperature: float = 0.0,
+        generator=None,
+    ):
         """Decodes n sequences step by step from z (n, Z) (or none: the language model):
         greedy when temperature is 0, else sampling from softmax(logits / temperature).
         Returns ids (n, L) without `<s>`; a sequence ends at its first `</s>`."""

@@ -5,12 +5,11 @@ from __future__ import annotations
 import pytest
 import pytorch_lightning as pl
 import torch
+from test_model import corpus, datamodule, tiny_model, trainer  # noqa: F401  (fixtures and helpers)
 
 from seqvae import AggressiveTraining, ConstantKL, FreeBits, SeqVAE
 from seqvae.aggressive import WindowStopRule
 from seqvae.losses import gaussian_kl
-
-from test_model import corpus, datamodule, tiny_model, trainer  # noqa: F401  (fixtures and helpers)
 
 
 def run_rule(per_word_losses, window=15, words=10):

@@ -124,7 +124,7 @@ class Result:
             f"--- stdout (tail)\n{self.stdout[-3000:]}\n--- stderr (tail)\n{self.stderr[-3000:]}"
         )
 
-    def ok(self) -> "Result":
+    def ok(self) -> Result:
         assert self.returncode == 0, self.describe()
         assert "Traceback" not in self.stderr, self.describe()
         return self

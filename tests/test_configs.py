@@ -11,10 +11,9 @@ from pathlib import Path
 
 import pytest
 import torch
+from test_model import write_corpus
 
 from seqvae.cli import SeqVAECLI
-
-from test_model import write_corpus
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 VARIANTS = sorted(p.stem for p in (CONFIGS / "yahoo10k").glob("*.yaml") if p.stem != "base")

@@ -348,7 +348,7 @@ def test_datamodule_line_ranges_and_train_only_vocab(tmp_path):
     assert summary["train"]["unk_rate"] == 0.0
     assert summary["val"]["unk_rate"] == pytest.approx(2 / 3)
     # the loaders serve exactly those sentences
-    seen = sorted(tuple(row[: n].tolist()) for b in dm.val_dataloader() for row, n in zip(b["tokens"], b["lengths"]))
+    seen = sorted(tuple(row[:n].tolist()) for b in dm.val_dataloader() for row, n in zip(b["tokens"], b["lengths"]))
     assert seen == sorted(tuple(t.tolist()) for t in dm.ids["val"])
     train = [b for b in dm.train_dataloader()]
     assert sum(b["tokens"].size(0) for b in train) == 3

@@ -236,9 +236,9 @@ def test_active_units_in_chunks_via_eval_metrics():
 
 def brute_force_cosine(h):
     n = h.size(0)
-    return sum(
-        float(torch.dot(h[i], h[j]) / (h[i].norm() * h[j].norm())) for i in range(n) for j in range(n) if i != j
-    ) / (n * (n - 1))
+    return sum(float(torch.dot(h[i], h[j]) / (h[i].norm() * h[j].norm())) for i in range(n) for j in range(n) if i != j) / (
+        n * (n - 1)
+    )
 
 
 def test_pairwise_cosine_from_sum_brute_force():

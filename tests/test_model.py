@@ -42,8 +42,14 @@ def datamodule(root, **kw):
 
 def trainer(tmp_path, **kw):
     args = dict(
-        max_epochs=1, accelerator="cpu", logger=False, enable_checkpointing=False, enable_progress_bar=False,
-        enable_model_summary=False, num_sanity_val_steps=0, default_root_dir=str(tmp_path),
+        max_epochs=1,
+        accelerator="cpu",
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        default_root_dir=str(tmp_path),
     )
     args.update(kw)
     return pl.Trainer(**args)
@@ -51,7 +57,16 @@ def trainer(tmp_path, **kw):
 
 @pytest.mark.parametrize(
     "pooling,kind",
-    [("last", "vae"), ("avg", "vae"), ("max", "vae"), ("abs", "vae"), ("max", "lm"), ("abs", "skip+cosine"), ("avg", "bn"), ("last", "aggressive")],
+    [
+        ("last", "vae"),
+        ("avg", "vae"),
+        ("max", "vae"),
+        ("abs", "vae"),
+        ("max", "lm"),
+        ("abs", "skip+cosine"),
+        ("avg", "bn"),
+        ("last", "aggressive"),
+    ],
 )
 def test_every_parameter_trains(corpus, tmp_path, pooling, kind):
     root, _ = corpus
@@ -161,8 +176,13 @@ def test_python_api_after_checkpoint_round_trip(corpus, tmp_path):
 def fake_trainer(model, best_path, epoch, value):
     opts = model.configure_optimizers()
     return SimpleNamespace(
-        sanity_checking=False, training=True, callback_metrics={"val/loss": torch.tensor(value)}, current_epoch=epoch,
-        checkpoint_callback=SimpleNamespace(best_model_path=best_path), optimizers=opts, should_stop=False,
+        sanity_checking=False,
+        training=True,
+        callback_metrics={"val/loss": torch.tensor(value)},
+        current_epoch=epoch,
+        checkpoint_callback=SimpleNamespace(best_model_path=best_path),
+        optimizers=opts,
+        should_stop=False,
     )
 
 
