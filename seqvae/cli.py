@@ -20,7 +20,7 @@ from pytorch_lightning.loggers import TensorBoardLogger
 
 from .callbacks import PlateauRule
 from .data import CorpusError, TextDataModule
-from .model import SeqVAE
+from .model import NonFiniteError, SeqVAE
 
 
 def write_json_atomic(path: Path, obj) -> Path:
@@ -155,7 +155,7 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(download_main(words[1:]))
     try:
         SeqVAECLI(args=argv)
-    except (CorpusError, ArgumentError) as err:
+    except (CorpusError, ArgumentError, NonFiniteError) as err:
         message = " ".join(str(err).split())  # one line, whatever jsonargparse nested
         print(f"seqvae: error: {message}", file=sys.stderr)
         sys.exit(2)

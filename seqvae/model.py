@@ -7,6 +7,7 @@ evaluation steps feeding `EvalMetrics`, checkpoint extras, and the Python API.
 
 from __future__ import annotations
 
+import math
 import time
 
 import pytorch_lightning as pl
@@ -18,6 +19,10 @@ from .losses import KLPenalty, Regularizer, StandardKL, gaussian_kl
 from .metrics import EvalMetrics, iw_nll, sample_posterior
 from .networks import LSTMDecoder, LSTMEncoder, Pooling
 from .schedules import KLSchedule, LinearKLWarmup
+
+
+class NonFiniteError(FloatingPointError):
+    """A loss term or the gradient became NaN/Inf; the message names the update and the term."""
 
 
 class SeqVAE(pl.LightningModule):
@@ -92,6 +97,7 @@ class SeqVAE(pl.LightningModule):
         self.fit_seconds = 0.0  # training wall time, accumulated across resumes
         self.vocab: Vocabulary | None = None
         self._eval_generator: torch.Generator | None = None
+        self._batch_idx = 0
 
     # ---------------------------------------------------------------- loss of one batch
     def kl_weight(self) -> float:
@@ -159,12 +165,26 @@ class SeqVAE(pl.LightningModule):
                 p.requires_grad_(True)
         # The norm of all gradients of what is stepped is clipped together, not per optimiser.
         params = [p for p in (self if stepped is None else stepped).parameters() if p.grad is not None]
-        torch.nn.utils.clip_grad_norm_(params, self.hparams.grad_clip)
+        grad_norm = torch.nn.utils.clip_grad_norm_(params, self.hparams.grad_clip)
+        self._check_finite(terms, grad_norm)
         for opt in opts:
             opt.step()  # SGD skips parameters whose grad is None
         return {k: v.detach() for k, v in terms.items()}
 
+    def _check_finite(self, terms: dict, grad_norm: torch.Tensor) -> None:
+        """Stops before a non-finite update reaches the weights (one host sync per update)."""
+        values = torch.stack([v.detach().float() for v in terms.values()] + [grad_norm.float()])
+        if bool(torch.isfinite(values).all()):
+            return
+        bad = [k for k, v in zip([*terms, "grad_norm"], values.tolist()) if not math.isfinite(v)]
+        raise NonFiniteError(
+            f"non-finite {', '.join(bad)} at update {self.num_updates + 1} "
+            f"(epoch {self.trainer.current_epoch}, batch index {self._batch_idx}); "
+            "weights not updated, the last checkpoint is kept"
+        )
+
     def training_step(self, batch, batch_idx):
+        self._batch_idx = batch_idx
         weight = self.kl_weight()
         if self.aggressive is not None and self.aggressive.active and self.encoder is not None:
             inner_steps = self.aggressive.train_encoder(self, batch, weight)

@@ -272,3 +272,35 @@ def test_reconstruct_and_sample_return_one_text_per_input(corpus):
     samples = model.sample(3, temperature=1.0, max_length=6)
     vocab = set(dm.vocab.tokenizer.get_vocab())
     assert len(samples) == 3 and all(w in vocab for t in samples for w in t.split())
+
+
+class NaNAfter:
+    """A regulariser that turns NaN at its n-th call (a stand-in for a diverging run)."""
+
+    name = "nan_after"
+
+    def __init__(self, n):
+        self.n, self.calls = n, 0
+
+    def __call__(self, features):
+        self.calls += 1
+        return features.sum() * (float("nan") if self.calls >= self.n else 0.0)
+
+
+def test_non_finite_loss_stops_before_touching_the_weights(corpus, tmp_path):
+    from seqvae.model import NonFiniteError
+
+    root, _ = corpus
+    dm = datamodule(root)
+    model = tiny_model(dm.vocab_size, regularizers=[NaNAfter(3)])
+    snapshots = []
+
+    class Snapshot(pl.Callback):
+        def on_train_batch_start(self, trainer, module, batch, batch_idx):
+            snapshots.append({k: v.clone() for k, v in module.state_dict().items()})
+
+    with pytest.raises(NonFiniteError, match=r"non-finite nan_after, loss, grad_norm at update 3 \(epoch 0, batch index 2\)"):
+        trainer(tmp_path, limit_train_batches=5, limit_val_batches=0, callbacks=[Snapshot()]).fit(model, dm)
+    assert model.num_updates == 2
+    for k, v in model.state_dict().items():
+        assert torch.equal(v, snapshots[-1][k]), k  # the failing update changed nothing
