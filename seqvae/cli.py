@@ -20,7 +20,7 @@ from pytorch_lightning.loggers import TensorBoardLogger
 
 from .callbacks import PlateauRule
 from .data import CorpusError, TextDataModule
-from .model import NonFiniteError, SeqVAE
+from .model import ConfigError, NonFiniteError, SeqVAE
 
 
 def write_json_atomic(path: Path, obj) -> Path:
@@ -85,7 +85,22 @@ class SeqVAECLI(LightningCLI):
         )
         parser.add_lightning_class_args(PlateauRule, "plateau")
 
+    def _refuse_multiprocess(self):
+        # Before Lightning launches the other ranks, so a single clear line, not a rank crash.
+        if self.trainer.world_size > 1:
+            raise ConfigError("trainer.strategy/devices: multi-process (DDP) runs are not supported yet; use one device per run")
+
+    def before_validate(self):
+        self._refuse_multiprocess()
+
+    def before_test(self):
+        self._refuse_multiprocess()
+
+    def before_predict(self):
+        self._refuse_multiprocess()
+
     def before_fit(self):
+        self._refuse_multiprocess()
         if self.config_init["fit"].get("ckpt_path"):
             for cb in self.trainer.callbacks:
                 if isinstance(cb, RunDirConfig):
@@ -155,7 +170,7 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(download_main(words[1:]))
     try:
         SeqVAECLI(args=argv)
-    except (CorpusError, ArgumentError, NonFiniteError) as err:
+    except (CorpusError, ArgumentError, ConfigError, NonFiniteError) as err:
         message = " ".join(str(err).split())  # one line, whatever jsonargparse nested
         print(f"seqvae: error: {message}", file=sys.stderr)
         sys.exit(2)

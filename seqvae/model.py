@@ -21,6 +21,10 @@ from .networks import LSTMDecoder, LSTMEncoder, Pooling
 from .schedules import KLSchedule, LinearKLWarmup
 
 
+class ConfigError(ValueError):
+    """A combination of options this toolkit refuses; the message names the option."""
+
+
 class NonFiniteError(FloatingPointError):
     """A loss term or the gradient became NaN/Inf; the message names the update and the term."""
 
@@ -221,11 +225,10 @@ class SeqVAE(pl.LightningModule):
         dm = self.trainer.datamodule if self._trainer is not None else None
         if dm is not None and self.vocab is None:
             self.vocab = dm.vocab
-        if stage == "fit" and self.aggressive is not None and self.trainer.world_size > 1:
-            raise ValueError(
-                "model.aggressive: aggressive training runs on one process only "
-                "(its random inner batches and MI switch-off are not shared across ranks)"
-            )
+        if self._trainer is not None and self.trainer.world_size > 1:
+            # Not yet: the equal-length batch sampler is not sharded across ranks, so every rank
+            # would see the whole set (and a validation run was seen to hang). Refuse clearly.
+            raise ConfigError("trainer.strategy/devices: multi-process (DDP) runs are not supported yet; use one device per run")
         if stage == "fit" and self.hparams.init_encoder_from and self.encoder is not None:
             # Runs before Lightning restores a resumed run's own checkpoint, which then
             # overwrites these weights: resuming never re-initialises anything.

@@ -123,3 +123,14 @@ def test_export_and_results_table_round_trip(tiny, tmp_path, capsys):
     table = capsys.readouterr().out.splitlines()
     metrics = json.loads((run / "metrics.json").read_text())
     assert table[2].startswith("| demo (seed1) | " + f"{metrics['test/iw_nll']:.2f} | {metrics['test/loss']:.2f} |")
+
+
+def test_multiprocess_runs_are_refused_before_launch(tiny, tmp_path):
+    from seqvae.model import ConfigError
+
+    args = [f"--config={CONFIGS / 'demo.yaml'}", f"--data.train={tiny / 'train.txt'}", f"--data.val={tiny / 'valid.txt'}",
+            f"--data.test={tiny / 'test.txt'}", f"--trainer.logger.init_args.save_dir={tmp_path}",
+            "--trainer.strategy=ddp", "--trainer.devices=2", "--trainer.accelerator=cpu"]  # fmt: skip
+    for sub in ("fit", "validate"):
+        with pytest.raises(ConfigError, match="trainer.strategy/devices"):
+            SeqVAECLI(args=[sub, *args])
