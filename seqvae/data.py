@@ -148,7 +148,9 @@ class Vocabulary:
         if not texts:
             return []
         encodings = self.tokenizer.encode_batch(texts, is_pretokenized=True, add_special_tokens=False)
-        return [[BOS_ID, *e.ids, EOS_ID] for e in encodings]
+        # A corpus word spelled like a reserved token (`<s>`, `</s>`, `<pad>`) is not a boundary
+        # or padding: it is an unknown word.
+        return [[BOS_ID, *(UNK_ID if i < UNK_ID else i for i in e.ids), EOS_ID] for e in encodings]
 
     def decode(self, ids: list[int]) -> str:
         """Ids -> text, stopping at `</s>`, dropping `<s>`/pad; unknown words stay visible."""
