@@ -31,7 +31,8 @@ class PlateauRule(Callback):
         self.decays = 0
 
     def on_validation_end(self, trainer, pl_module):
-        if trainer.sanity_checking or not trainer.training or self.monitor not in trainer.callback_metrics:
+        # `trainer.training` is False during fit's validation; the stage is what tells.
+        if trainer.sanity_checking or trainer.state.fn != "fit" or self.monitor not in trainer.callback_metrics:
             return
         value = float(trainer.callback_metrics[self.monitor])
         if self.best is not None and value > self.best:

@@ -177,7 +177,7 @@ def fake_trainer(model, best_path, epoch, value):
     opts = model.configure_optimizers()
     return SimpleNamespace(
         sanity_checking=False,
-        training=True,
+        state=SimpleNamespace(fn="fit"),
         callback_metrics={"val/loss": torch.tensor(value)},
         current_epoch=epoch,
         checkpoint_callback=SimpleNamespace(best_model_path=best_path),
@@ -304,3 +304,18 @@ def test_non_finite_loss_stops_before_touching_the_weights(corpus, tmp_path):
     assert model.num_updates == 2
     for k, v in model.state_dict().items():
         assert torch.equal(v, snapshots[-1][k]), k  # the failing update changed nothing
+
+
+def test_plateau_rule_fires_inside_a_real_fit(corpus, tmp_path):
+    """Through Lightning's own loop (where `trainer.training` is False during validation)."""
+    root, _ = corpus
+    dm = datamodule(root)
+    model = tiny_model(dm.vocab_size)
+    losses = iter([5.0, 6.0, 7.0, 8.0, 9.0])
+    real_compute = model.val_metrics.compute
+    model.val_metrics.compute = lambda: {**real_compute(), "loss": torch.tensor(next(losses))}
+    rule = PlateauRule(patience=2, min_epochs=0, max_decays=5)
+    t = trainer(tmp_path, max_epochs=5, limit_train_batches=1, callbacks=[rule], enable_checkpointing=True)
+    t.fit(model, dm)
+    assert rule.decays == 2  # after epochs 3 (6, 7 worse than 5) and 5 (8, 9 worse than 7)
+    assert t.optimizers[0].param_groups[0]["lr"] == pytest.approx(0.25)
