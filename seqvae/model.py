@@ -49,7 +49,8 @@ class SeqVAE(pl.LightningModule):
         grad_clip: Clip the norm of the whole gradient (all parameters together) at this value.
         val_iw_samples: Importance samples for IW-NLL during validation (0: off).
         test_iw_samples: Importance samples for IW-NLL at test (500 in the papers).
-        iw_max_elements: Memory budget of one IW decoder chunk, in logits (B·K·T·V) elements.
+        iw_max_elements: Memory budget of one IW decoder chunk, in logits (B·K·T·V) elements;
+            None: 2**26 on CPU, and on a GPU a sixteenth of its free memory in fp32 elements.
         mi_dataset: Also compute MI with the whole evaluation set as the pool (Li et al.).
         eval_seed: Seed of the noise of every evaluation pass (z samples of rec, IW-NLL and MI).
         init_encoder_from: Checkpoint whose encoder (embedding, LSTM, posterior layer) replaces
@@ -77,7 +78,7 @@ class SeqVAE(pl.LightningModule):
         grad_clip: float = 5.0,
         val_iw_samples: int = 0,
         test_iw_samples: int = 500,
-        iw_max_elements: int = 2**26,
+        iw_max_elements: int | None = None,
         mi_dataset: bool = True,
         eval_seed: int = 0,
         init_encoder_from: str | None = None,
@@ -239,7 +240,15 @@ class SeqVAE(pl.LightningModule):
     # ---------------------------------------------------------------- evaluation
     def _iw_chunk(self, tokens: torch.Tensor) -> int:
         per_sample = tokens.size(0) * tokens.size(1) * self.hparams.vocab_size
-        return max(1, self.hparams.iw_max_elements // per_sample)
+        budget = self.hparams.iw_max_elements
+        if budget is None:
+            budget = 2**26
+            if tokens.is_cuda:
+                # The logits, cross-entropy's log-softmax copy and temporaries: ~4 fp32 copies,
+                # kept within a quarter of the free memory. (At the paper's size, 2**26 alone
+                # would decode one sample of 32 sentences per call: latency-bound on a GPU.)
+                budget = max(budget, torch.cuda.mem_get_info(tokens.device)[0] // 64)
+        return max(1, budget // per_sample)
 
     def _eval_step(self, batch, metrics: EvalMetrics, n_iw: int) -> None:
         tokens, lengths = batch["tokens"], batch["lengths"]
