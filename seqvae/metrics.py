@@ -15,6 +15,7 @@ import torch
 from torchmetrics import Metric
 
 LOG_2PI = math.log(2 * math.pi)
+MI_DATASET_SAMPLES = 10
 
 
 def log_normal(z: torch.Tensor, mu: torch.Tensor, logvar: torch.Tensor) -> torch.Tensor:
@@ -59,18 +60,21 @@ def iw_nll(
     return -(torch.logsumexp(log_w, dim=1) - math.log(n_samples))
 
 
-def mutual_information(mu: torch.Tensor, logvar: torch.Tensor, generator=None, chunk: int = 1024) -> torch.Tensor:
+def mutual_information(
+    mu: torch.Tensor, logvar: torch.Tensor, generator=None, samples: int = 1, chunk: int = 1024
+) -> torch.Tensor:
     """I(x; z) = E[-H(q(z|x))] - E[log q(z)] with the aggregate posterior q(z) the mixture of the
-    M posteriors given (He et al.'s estimator; the pool is whatever rows are passed). One z_i per
-    posterior. Bounded above by log M."""
+    M posteriors given (He et al.'s estimator; the pool is whatever rows are passed), from
+    `samples` z per posterior (He et al.: 1). Bounded above by log M. More samples leave the
+    expectation unchanged and cut the Monte-Carlo noise of the second term by √samples."""
     m, nz = mu.shape
     neg_entropy = (-0.5 * nz * LOG_2PI - 0.5 * (1 + logvar).sum(-1)).mean()
-    z = sample_posterior(mu, logvar, 1, generator).squeeze(1)  # (M, Z)
+    z = sample_posterior(mu, logvar, samples, generator).reshape(m * samples, nz)  # (M·S, Z)
     log_qz = torch.cat(
-        # log q(z_i) = logsumexp_j log N(z_i; mu_j, σ_j²) - log M; rows of z in chunks, O(M²Z).
+        # log q(z_i) = logsumexp_j log N(z_i; mu_j, σ_j²) - log M; rows of z in chunks, O(M²SZ).
         [
             torch.logsumexp(log_normal(z[s : s + chunk].unsqueeze(0).expand(m, -1, -1), mu, logvar), dim=0)
-            for s in range(0, m, chunk)
+            for s in range(0, m * samples, chunk)
         ]
     ) - math.log(m)
     return neg_entropy - log_qz.mean()
@@ -151,7 +155,9 @@ class EvalMetrics(Metric):
             if self.with_mi_dataset:
                 mus, logvars = _cat(self.mus), _cat(self.logvars)
                 gen = torch.Generator(device=mus.device).manual_seed(self.seed)
-                out["mi_dataset"] = mutual_information(mus.double(), logvars.double(), gen)
+                # 10 samples per posterior: with one, the estimate on 1,000 collapsed posteriors
+                # (true MI 0) was a frozen 0.19 ± 0.13 nats; the expectation is the same.
+                out["mi_dataset"] = mutual_information(mus.double(), logvars.double(), gen, samples=MI_DATASET_SAMPLES)
         return {k: v.float() for k, v in out.items()}
 
 

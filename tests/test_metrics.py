@@ -12,6 +12,7 @@ from torch.distributions import Normal
 from seqvae.data import BOS_ID, EOS_ID
 from seqvae.losses import gaussian_kl
 from seqvae.metrics import (
+    MI_DATASET_SAMPLES,
     EvalMetrics,
     active_units,
     iw_log_weights,
@@ -287,7 +288,7 @@ def test_eval_metrics_chunks_agree_with_one_pass():
     mu = data["mu"].double()
     assert int(whole["au"]) == int((mu.var(0) >= 0.01).sum()) == 2
     assert float(whole["feature_cos"]) == pytest.approx(brute_force_cosine(data["features"].double()), abs=1e-6)
-    expected_mi_dataset = mutual_information(mu, data["logvar"].double(), gen(7))
+    expected_mi_dataset = mutual_information(mu, data["logvar"].double(), gen(7), samples=MI_DATASET_SAMPLES)
     assert float(whole["mi_dataset"]) == pytest.approx(float(expected_mi_dataset), abs=1e-6)
     # per-batch MI: one batch = the whole pool with the same RNG
     assert float(whole["mi"]) == pytest.approx(float(mutual_information(mu, data["logvar"].double(), gen(60))), abs=1e-6)
@@ -327,3 +328,19 @@ def test_eval_metrics_language_model():
     assert set(out) == {"loss", "rec", "kl", "elbo_ppl", "iw_nll", "iw_ppl"}
     assert float(out["iw_ppl"]) == pytest.approx(math.exp(3.0), rel=1e-6)
     assert float(out["loss"]) == float(out["iw_nll"]) == 15.0
+
+
+def test_mutual_information_more_samples_same_mean_less_noise():
+    from seqvae.metrics import mutual_information
+
+    g = torch.Generator().manual_seed(0)
+    mu = torch.zeros(300, 8, dtype=torch.float64)  # q(z|x) ignores x: true MI is 0
+    logvar = torch.full((300, 8), -0.3, dtype=torch.float64)
+    one = torch.stack([mutual_information(mu, logvar, g, samples=1) for _ in range(40)])
+    ten = torch.stack([mutual_information(mu, logvar, g, samples=10) for _ in range(40)])
+    assert abs(one.mean()) < 4 * one.std() / 40**0.5 and abs(ten.mean()) < 4 * ten.std() / 40**0.5
+    assert ten.std() < 0.5 * one.std()  # ~ 1/sqrt(10) = 0.32 of the noise
+    # sharp, far-apart posteriors: still the log M cap
+    far = torch.arange(50, dtype=torch.float64).unsqueeze(1).repeat(1, 4) * 10
+    # (the analytic entropy against its 500-sample estimate: ~0.06 nats of noise)
+    assert mutual_information(far, torch.full_like(far, -6.0), g, samples=10) == pytest.approx(math.log(50), abs=0.25)
