@@ -168,6 +168,10 @@ def main(argv: list[str] | None = None) -> None:
         from .download import main as download_main
 
         sys.exit(download_main(words[1:]))
+    if words[:1] == ["compare"]:
+        from .compare import main as compare_main
+
+        sys.exit(compare_main(words[1:]))
     try:
         SeqVAECLI(args=argv)
     except (CorpusError, ArgumentError, ConfigError, NonFiniteError) as err:

@@ -97,7 +97,7 @@ def test_predict_writes_one_reconstruction_per_input_line_in_order(tiny, tmp_pat
     assert out == [model.reconstruct([t], max_length=cap)[0] for t in lines]
 
 
-def test_export_and_results_table_round_trip(tiny, tmp_path, capsys):
+def test_export_and_compare_round_trip(tiny, tmp_path, capsys):
     import importlib.util
     import json
 
@@ -119,18 +119,11 @@ def test_export_and_results_table_round_trip(tiny, tmp_path, capsys):
     rows = (exported / "curves.csv").read_text().splitlines()
     assert len(rows) == 3 and "val/kl" in rows[0] and "train/lr" in rows[0]  # header + one row per epoch
     capsys.readouterr()
-    script("results_table").main([str(exported)])
-    table = capsys.readouterr().out.splitlines()
+    from seqvae.compare import main as compare
+
+    compare([str(exported), "--format", "json"])
+    rows = json.loads(capsys.readouterr().out)
     metrics = json.loads((run / "metrics.json").read_text())
-    assert table[2].startswith("| demo (seed1) | " + f"{metrics['test/iw_nll']:.2f} | {metrics['test/loss']:.2f} |")
-
-
-def test_multiprocess_runs_are_refused_before_launch(tiny, tmp_path):
-    from seqvae.model import ConfigError
-
-    args = [f"--config={CONFIGS / 'demo.yaml'}", f"--data.train={tiny / 'train.txt'}", f"--data.val={tiny / 'valid.txt'}",
-            f"--data.test={tiny / 'test.txt'}", f"--trainer.logger.init_args.save_dir={tmp_path}",
-            "--trainer.strategy=ddp", "--trainer.devices=2", "--trainer.accelerator=cpu"]  # fmt: skip
-    for sub in ("fit", "validate"):
-        with pytest.raises(ConfigError, match="trainer.strategy/devices"):
-            SeqVAECLI(args=[sub, *args])
+    assert len(rows) == 1 and rows[0]["n"] == 1
+    assert rows[0]["iw_nll"]["mean"] == pytest.approx(metrics["test/iw_nll"])
+    assert rows[0]["neg_elbo"]["mean"] == pytest.approx(metrics["test/loss"])
