@@ -188,6 +188,14 @@ def collate(batch: list[torch.Tensor]) -> dict[str, torch.Tensor]:
     return {"tokens": tokens, "lengths": lengths}
 
 
+class _EpochHook:
+    def __init__(self, batch_sampler):
+        self.batch_sampler = batch_sampler
+
+    def set_epoch(self, epoch: int) -> None:
+        self.batch_sampler.set_epoch(epoch)
+
+
 class BucketBatchSampler(Sampler[list[int]]):
     """The reference batching: sort by length, cut runs of EQUAL length into batches of at most
     `batch_size`, keep those batches fixed, visit them in a fresh random order each epoch.
@@ -195,6 +203,9 @@ class BucketBatchSampler(Sampler[list[int]]):
 
     def __init__(self, lengths: list[int], batch_size: int, shuffle: bool, seed: int = 0):
         self.batch_size, self.shuffle, self.seed, self.epoch = batch_size, shuffle, seed, 0
+        # Lightning calls `batch_sampler.sampler.set_epoch(e)` at every epoch start, with the
+        # restored epoch when a run resumes: that keeps a resumed run's batch order exact.
+        self.sampler = _EpochHook(self)
         by_length: dict[int, list[int]] = {}
         for i, n in enumerate(lengths):
             by_length.setdefault(n, []).append(i)
@@ -206,13 +217,15 @@ class BucketBatchSampler(Sampler[list[int]]):
         self.epoch = epoch
 
     def __iter__(self) -> Iterator[list[int]]:
+        # A generator: the order is drawn at the first batch, not when the iterator is made.
+        # Lightning makes the first epoch's iterator before it calls set_epoch.
         order = list(range(len(self.batches)))
         if self.shuffle:
             # Seeded by (seed, epoch), not by the global RNG: the epoch's order is reproducible
             # and does not depend on what else drew random numbers.
             random.Random(self.seed * 1_000_003 + self.epoch).shuffle(order)
             self.epoch += 1
-        return iter([self.batches[i] for i in order])
+        yield from (self.batches[i] for i in order)
 
     def __len__(self) -> int:
         return len(self.batches)
@@ -223,16 +236,18 @@ class RandomBatchSampler(BucketBatchSampler):
 
     def __init__(self, lengths: list[int], batch_size: int, shuffle: bool, seed: int = 0):
         self.batch_size, self.shuffle, self.seed, self.epoch = batch_size, shuffle, seed, 0
+        self.sampler = _EpochHook(self)
         self.n = len(lengths)
         self.batches = [list(range(s, min(s + batch_size, self.n))) for s in range(0, self.n, batch_size)]
 
     def __iter__(self) -> Iterator[list[int]]:
         if not self.shuffle:
-            return iter(self.batches)
+            yield from self.batches
+            return
         perm = list(range(self.n))
         random.Random(self.seed * 1_000_003 + self.epoch).shuffle(perm)
         self.epoch += 1
-        return iter([perm[s : s + self.batch_size] for s in range(0, self.n, self.batch_size)])
+        yield from (perm[s : s + self.batch_size] for s in range(0, self.n, self.batch_size))
 
 
 SAMPLERS = {"bucket": BucketBatchSampler, "padded": RandomBatchSampler}
@@ -325,9 +340,11 @@ class TextDataModule(pl.LightningDataModule):
         data = self.ids[split]
         batch_size = self.hparams.batch_size if split == "train" else self.hparams.eval_batch_size
         sampler = SAMPLERS[self.hparams.batching]([len(x) for x in data], batch_size, shuffle, self.hparams.seed)
-        if shuffle and self.trainer is not None:
-            sampler.set_epoch(self.trainer.current_epoch)
-        return DataLoader(data, batch_sampler=sampler, collate_fn=collate, num_workers=self.hparams.num_workers)
+        # Own generator: making an iterator draws a worker base seed, and from the global RNG
+        # that draw would shift the training noise depending on when Lightning makes it.
+        return DataLoader(
+            data, batch_sampler=sampler, collate_fn=collate, num_workers=self.hparams.num_workers, generator=torch.Generator()
+        )
 
     def train_dataloader(self) -> DataLoader:
         return self._loader("train", shuffle=True)

@@ -8,6 +8,8 @@ evaluation steps feeding `EvalMetrics`, checkpoint extras, and the Python API.
 from __future__ import annotations
 
 import math
+import os
+import random
 import time
 
 import pytorch_lightning as pl
@@ -206,6 +208,15 @@ class SeqVAE(pl.LightningModule):
         self.log_dict(
             {"train/encoder_updates": float(self.encoder_updates), "train/decoder_updates": float(self.decoder_updates)}
         )
+
+    def on_train_epoch_start(self):
+        # Dropout, word dropout and z noise draw from the global RNGs. Reseeding them from
+        # (run seed, epoch) makes each epoch's noise independent of what ran before it
+        # (sanity checks, validation, an interruption): a run resumed at an epoch boundary ends
+        # with exactly the parameters of an uninterrupted one.
+        seed = int(os.environ.get("PL_GLOBAL_SEED", 0)) * 1_000_003 + self.current_epoch
+        torch.manual_seed(seed)
+        random.seed(seed)
 
     def on_train_start(self):
         self._fit_clock = time.monotonic()

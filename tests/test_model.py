@@ -319,3 +319,26 @@ def test_plateau_rule_fires_inside_a_real_fit(corpus, tmp_path):
     t.fit(model, dm)
     assert rule.decays == 2  # after epochs 3 (6, 7 worse than 5) and 5 (8, 9 worse than 7)
     assert t.optimizers[0].param_groups[0]["lr"] == pytest.approx(0.25)
+
+
+def test_resume_at_epoch_end_gives_bit_identical_parameters(corpus, tmp_path):
+    from pytorch_lightning.callbacks import ModelCheckpoint
+
+    root, _ = corpus
+
+    def run(epochs, directory, ckpt_path=None):
+        pl.seed_everything(0)
+        dm = datamodule(root)
+        model = tiny_model(dm.vocab_size, word_dropout=0.3)
+        last = ModelCheckpoint(dirpath=directory, save_last=True)
+        t = trainer(tmp_path, max_epochs=epochs, limit_train_batches=4, limit_val_batches=2, num_sanity_val_steps=2,
+                    enable_checkpointing=True, callbacks=[last])  # fmt: skip
+        t.fit(model, dm, ckpt_path=ckpt_path)
+        return model
+
+    straight = run(3, tmp_path / "a")
+    run(1, tmp_path / "b")  # "killed" after epoch 1
+    resumed = run(3, tmp_path / "b", ckpt_path=tmp_path / "b" / "last.ckpt")
+    assert resumed.num_updates == straight.num_updates == 12
+    for (name, a), b in zip(straight.state_dict().items(), resumed.state_dict().values()):
+        assert torch.equal(a, b), name
