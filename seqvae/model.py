@@ -399,6 +399,22 @@ class SeqVAE(pl.LightningModule):
 
         return [t for out in self._evaluate(texts, per_batch, batch_size) for t in out]
 
+    def interpolate(self, a: str, b: str, steps: int = 5, max_length: int = 100) -> list[str]:
+        """Greedy decodes along the straight line between the posterior means of texts a and b
+        (`steps` points, both ends included)."""
+        if self.encoder is None:
+            raise RuntimeError("the language model has no latent space to interpolate in")
+        mu, _ = self.encode([a, b])
+        weights = torch.linspace(0, 1, steps, device=mu.device).unsqueeze(1)
+        z = (1 - weights) * mu[0] + weights * mu[1]  # (steps, Z)
+        was_training = self.training
+        self.eval()
+        try:
+            ids = self.decoder.generate(z, steps, BOS_ID, EOS_ID, max_length)
+        finally:
+            self.train(was_training)
+        return [self.vocab.decode(row.tolist()) for row in ids]
+
     def sample(self, n: int, temperature: float = 1.0, max_length: int = 100) -> list[str]:
         """n texts decoded from z ~ N(0, I)."""
         if self.vocab is None:

@@ -342,3 +342,18 @@ def test_resume_at_epoch_end_gives_bit_identical_parameters(corpus, tmp_path):
     assert resumed.num_updates == straight.num_updates == 12
     for (name, a), b in zip(straight.state_dict().items(), resumed.state_dict().values()):
         assert torch.equal(a, b), name
+
+
+def test_interpolation_ends_are_the_reconstructions(corpus):
+    root, val = corpus
+    dm = datamodule(root)
+    torch.manual_seed(0)
+    model = tiny_model(dm.vocab_size)
+    model.vocab = dm.vocab
+    with torch.no_grad():  # a decoder that listens to z, so the path is not one text
+        model.decoder.z_to_c0.weight.normal_(0, 3.0)
+        model.encoder.to_posterior.weight.normal_(0, 1.0)
+    path = model.interpolate(val[0], val[1], steps=6, max_length=8)
+    assert len(path) == 6
+    assert path[0] == model.reconstruct([val[0]], max_length=8)[0]
+    assert path[-1] == model.reconstruct([val[1]], max_length=8)[0]
