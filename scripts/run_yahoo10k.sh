@@ -6,6 +6,8 @@
 # Environment: EPOCHS (default 20), IW (test importance samples, default 100), SEED (default 1).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# The README's install puts seqvae in .venv; use it when the caller did not activate it.
+command -v seqvae >/dev/null || { [ -f .venv/bin/activate ] && . .venv/bin/activate; }
 EPOCHS=${EPOCHS:-20}; IW=${IW:-100}; SEED=${SEED:-1}
 variants=("$@"); [ ${#variants[@]} -gt 0 ] || variants=(last max)
 for v in "${variants[@]}"; do
