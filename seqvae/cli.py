@@ -23,18 +23,17 @@ from .data import CorpusError, TextDataModule
 from .model import ConfigError, NonFiniteError, SeqVAE
 
 
-def write_json_atomic(path: Path, obj) -> Path:
-    """Writes next to `path` then renames, never replacing an existing file: returns the path
-    written (`metrics.json`, else `metrics-2.json`, …)."""
+def write_new_file(path: Path, text: str) -> Path:
+    """Writes `text` next to `path` then renames it into place, never replacing an existing
+    file: returns the path written (`metrics.json`, else `metrics-2.json`, …)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     target, n = path, 1
     while target.exists():
         n += 1
         target = path.with_name(f"{path.stem}-{n}{path.suffix}")
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=path.suffix)
     with os.fdopen(fd, "w") as f:
-        json.dump(obj, f, indent=2, sort_keys=True)
-        f.write("\n")
+        f.write(text)
     os.replace(tmp, target)
     return target
 
@@ -138,15 +137,7 @@ class SeqVAECLI(LightningCLI):
         """Writes one reconstruction per input line to predictions.txt in the run directory."""
         predictions = self.trainer.predict_loop.predictions
         lines = [t for batch in predictions for t in batch]
-        path = Path(self.trainer.log_dir) / "predictions.txt"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        n = 1
-        while path.exists():
-            n += 1
-            path = path.with_name(f"predictions-{n}.txt")
-        tmp = path.with_name(f".tmp-{path.name}")
-        tmp.write_text("".join(line + "\n" for line in lines))
-        os.replace(tmp, path)
+        path = write_new_file(Path(self.trainer.log_dir) / "predictions.txt", "".join(line + "\n" for line in lines))
         print(f"seqvae: wrote {len(lines)} reconstructions to {path}")
 
     def _write_metrics(self, extra: dict):
@@ -154,7 +145,7 @@ class SeqVAECLI(LightningCLI):
         metrics.update({"best_updates": self.model.num_updates, **extra})
         metrics["data"] = self.datamodule.summary()
         run_dir = Path(self.trainer.log_dir)
-        path = write_json_atomic(run_dir / "metrics.json", metrics)
+        path = write_new_file(run_dir / "metrics.json", json.dumps(metrics, indent=2, sort_keys=True) + "\n")
         width = max(len(k) for k in metrics)
         print(f"seqvae: wrote {path}")
         for k, v in sorted(metrics.items()):

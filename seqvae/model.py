@@ -7,6 +7,7 @@ evaluation steps feeding `EvalMetrics`, checkpoint extras, and the Python API.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import random
@@ -357,15 +358,20 @@ class SeqVAE(pl.LightningModule):
             batch = collate([torch.tensor(x) for x in ids[s : s + batch_size]])
             yield {k: v.to(self.device) for k, v in batch.items()}
 
-    def _evaluate(self, texts: list[str], per_batch, batch_size: int):
+    @contextlib.contextmanager
+    def _inference(self):
+        """Eval mode (no dropout) and no autograd, restoring the previous mode afterwards."""
         was_training = self.training
         self.eval()
         try:
             with torch.inference_mode():
-                outs = [per_batch(b) for b in self._batches(list(texts), batch_size)]
+                yield
         finally:
             self.train(was_training)
-        return outs
+
+    def _evaluate(self, texts: list[str], per_batch, batch_size: int):
+        with self._inference():
+            return [per_batch(b) for b in self._batches(list(texts), batch_size)]
 
     def encode(self, texts: list[str], batch_size: int = 64) -> tuple[torch.Tensor, torch.Tensor]:
         """Posterior parameters (mu, logvar), each (N, Z), for whitespace-tokenised texts."""
@@ -407,25 +413,17 @@ class SeqVAE(pl.LightningModule):
         mu, _ = self.encode([a, b])
         weights = torch.linspace(0, 1, steps, device=mu.device).unsqueeze(1)
         z = (1 - weights) * mu[0] + weights * mu[1]  # (steps, Z)
-        was_training = self.training
-        self.eval()
-        try:
+        with self._inference():
             ids = self.decoder.generate(z, steps, BOS_ID, EOS_ID, max_length)
-        finally:
-            self.train(was_training)
         return [self.vocab.decode(row.tolist()) for row in ids]
 
     def sample(self, n: int, temperature: float = 1.0, max_length: int = 100) -> list[str]:
         """n texts decoded from z ~ N(0, I)."""
         if self.vocab is None:
             raise RuntimeError("this model has no vocabulary: load it from a checkpoint or train it first")
-        was_training = self.training
-        self.eval()
-        try:
+        with self._inference():
             z = torch.randn(n, self.hparams.latent_dim, device=self.device) if self.encoder is not None else None
             ids = self.decoder.generate(z, n, BOS_ID, EOS_ID, max_length, temperature)
-        finally:
-            self.train(was_training)
         return [self.vocab.decode(row.tolist()) for row in ids]
 
     def iw_nll(self, texts: list[str], n_samples: int = 500, batch_size: int = 16) -> torch.Tensor:
