@@ -140,6 +140,62 @@ def train_lightning(model, batches, warm, device, bf16) -> tuple[float, float]:
     return ends[len(batches) - 1] - ends[warm - 1], inner[0]
 
 
+def module_step(model, batch, stepped, frozen, device, bf16):
+    """One SGD update of `stepped` (encoder or decoder) as SeqVAE.update_step makes it, without
+    Lightning; `frozen` modules get requires_grad False, i.e. no weight gradients."""
+    params = [p for m in frozen for p in m.parameters()]
+    for p in params:
+        p.requires_grad_(False)
+    with autocast(device, bf16):
+        loss = model.loss_terms(batch, kl_weight=1.0)["loss"]
+    model.zero_grad(set_to_none=True)
+    loss.backward()
+    for p in params:
+        p.requires_grad_(True)
+    torch.nn.utils.clip_grad_norm_([p for p in stepped.parameters() if p.grad is not None], model.hparams.grad_clip)
+    with torch.no_grad():
+        for p in stepped.parameters():
+            if p.grad is not None:
+                p.add_(p.grad, alpha=-model.hparams.lr)
+
+
+def aggressive_bench(model, batches, warm, device, bf16) -> dict:
+    """Seconds per step of the three updates of aggressive training (He et al. 2019): the inner
+    encoder-only step as seqvae makes it (decoder weights frozen: no decoder weight gradients),
+    the same step with a full backward (the reference: every gradient computed, the decoder's
+    thrown away), and the outer decoder-only step. Same batches, interleaved per batch."""
+    model.train()
+    kinds = {
+        "encoder_step": (model.encoder, [model.decoder]),
+        "encoder_step_full_backward": (model.encoder, []),
+        "decoder_step": (model.decoder, [model.encoder]),
+    }
+    seconds = dict.fromkeys(kinds, 0.0)
+    for i, batch in enumerate(batches):
+        for kind, (stepped, frozen) in kinds.items():
+            start = clock(device)
+            module_step(model, batch, stepped, frozen, device, bf16)
+            if i >= warm:
+                seconds[kind] += clock(device) - start
+    return {k: v / (len(batches) - warm) for k, v in seconds.items()}
+
+
+def profile_aggressive(model, batches, device, bf16, rows=8) -> None:
+    """Prints torch.profiler's top kernels of the inner encoder step, frozen decoder vs full
+    backward (each warmed up first), to show which work the frozen decoder saves."""
+    from torch.profiler import profile
+
+    model.train()
+    for frozen in ([model.decoder], []):
+        module_step(model, batches[0], model.encoder, frozen, device, bf16)
+        with profile() as prof:
+            for batch in batches[1:]:
+                module_step(model, batch, model.encoder, frozen, device, bf16)
+        label = "decoder weights frozen (seqvae)" if frozen else "full backward (reference)"
+        print(f"\n  profile of {len(batches) - 1} inner encoder steps, {label}:")
+        print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=rows))
+
+
 def iw_bench(model, batch, n_docs, n_samples, device, bf16):
     """IW-NLL of n_docs equal-length documents at once, as SeqVAE._eval_step computes it."""
     tokens, lengths = batch["tokens"][:n_docs], batch["lengths"][:n_docs]
@@ -166,6 +222,7 @@ def main():
     p.add_argument("--data", type=Path, default=YAHOO, help="Yahoo text (synthetic ids if missing)")
     p.add_argument("--threads", type=int, help="torch.set_num_threads (default: torch's own)")
     p.add_argument("--json", type=Path, help="also write the figures here")
+    p.add_argument("--profile-aggressive", action="store_true", help="only profile the inner encoder step (small config)")
     args = p.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -179,6 +236,15 @@ def main():
            "gpu": torch.cuda.get_device_name() if device.type == "cuda" else None}  # fmt: skip
     print(f"torch {torch.__version__} on {res['gpu'] or args.device}, {os.cpu_count()} CPU cores, {threads} torch threads, "
           f"1-min load average {res['loadavg_start'][0]:.2f}{', bf16 autocast' if args.bf16 else ''}")  # fmt: skip
+
+    if args.profile_aggressive:
+        cfg = CONFIGS["small"]
+        batches, source = yahoo_batches(args.data, cfg["vocab_size"], 4)
+        print(f"small config {cfg}; {source}")
+        profile_aggressive(
+            SeqVAE(**cfg).to(device), [{k: v.to(device) for k, v in b.items()} for b in batches], device, args.bf16
+        )
+        return
 
     # ---- GEMM (best of reps)
     dtypes = [torch.float32] + ([torch.bfloat16] if device.type == "cuda" and torch.cuda.is_bf16_supported() else [])
@@ -247,6 +313,20 @@ def main():
                 note=f"; {outside * 1e3:.1f} ms/step outside training_step",
             )
             out["lightning"]["outside_training_step_s_per_step"] = outside
+
+        if name == "small" or not args.quick:  # paper-size aggressive steps take minutes on a CPU
+            agg = out["aggressive"] = aggressive_bench(SeqVAE(**cfg).to(device), on_device, warm, device, args.bf16)
+            speedup = agg["encoder_step_full_backward"] / agg["encoder_step"]
+            # The window rule stops after 30 inner steps at the earliest (the first window is
+            # compared with 1e4), so 30 is the cheapest decoder update aggressive training makes.
+            per_update = {n: n * agg["encoder_step"] + agg["decoder_step"] for n in (30, 99)}
+            per_update_full = {n: n * agg["encoder_step_full_backward"] + agg["decoder_step"] for n in (30, 99)}
+            agg.update(inner_step_speedup=speedup, s_per_decoder_update=per_update, s_per_decoder_update_full_backward=per_update_full,
+                       decoder_update_speedup={n: per_update_full[n] / per_update[n] for n in per_update})  # fmt: skip
+            print(f"  aggressive: inner encoder step {agg['encoder_step']:.3f} s (full backward {agg['encoder_step_full_backward']:.3f} s, "
+                  f"{speedup:.2f}x), decoder step {agg['decoder_step']:.3f} s; per decoder update at 30 / 99 inner steps "
+                  f"{per_update[30]:.2f} / {per_update[99]:.2f} s (full backward {per_update_full[30]:.2f} / {per_update_full[99]:.2f} s, "
+                  f"{agg['decoder_update_speedup'][30]:.2f}x)")  # fmt: skip
 
         seconds, chunk = iw_bench(model.to(device), on_device[warm], n_docs, args.iw_samples, device, args.bf16)
         T = batches[0]["tokens"].size(1)

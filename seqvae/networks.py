@@ -126,7 +126,12 @@ class LSTMDecoder(nn.Module):
             c0 = self.z_to_c0(z).unsqueeze(0)  # (1, N, H)
             state = (torch.tanh(c0), c0)
         out, _ = self.lstm(x, state)  # (N, T, H)
-        logits = self.out(self.dropout_out(out))  # (N, T, V)
+        # One (N·T, H) x (H, V) GEMM. Left 3-D, torch.matmul does not fold the batch into rows
+        # when the input needs a gradient and the weight does not (the frozen decoder of an
+        # aggressive encoder step) and runs N small batched GEMMs instead, which on CPU cost
+        # more than the weight gradient saves. Same kernel and values as the folded case.
+        h = self.dropout_out(out)
+        logits = self.out(h.reshape(-1, h.size(-1))).view(*h.shape[:-1], -1)  # (N, T, V)
         if self.skip:
             logits = logits + self.z_to_out(z).unsqueeze(1)
         return logits
