@@ -114,9 +114,7 @@ def explained_variance(cov: torch.Tensor, k: int) -> torch.Tensor:
     components (λ the covariance eigenvalues, largest first) as the IsoBN paper (Zhou et al.
     2021, §5.3) measures isotropy: 1 when the points lie on a k-dim subspace, k/D when isotropic.
     NaN when there is no variance at all."""
-    lam = spectrum(cov)
-    total = lam.sum()
-    return lam[:k].sum() / total if total > 0 else torch.full((), float("nan"), dtype=torch.float64, device=lam.device)
+    return _explained_variance(spectrum(cov), k)
 
 
 def effective_rank(cov: torch.Tensor) -> torch.Tensor:
@@ -124,10 +122,18 @@ def effective_rank(cov: torch.Tensor) -> torch.Tensor:
     dimensionality" (EUSIPCO): exp(H(p)) with p_i = λ_i / Σ_j λ_j the normalised covariance
     eigenvalues and H the Shannon entropy in nats (0 log 0 = 0). It is 1 for a rank-1 covariance,
     D for an isotropic one and lies in [1, rank]. NaN when there is no variance at all."""
-    lam = spectrum(cov)
+    return _effective_rank(spectrum(cov))
+
+
+def _explained_variance(lam: torch.Tensor, k: int) -> torch.Tensor:
+    total = lam.sum()
+    return lam[:k].sum() / total if total > 0 else torch.full((), float("nan"), dtype=lam.dtype, device=lam.device)
+
+
+def _effective_rank(lam: torch.Tensor) -> torch.Tensor:
     total = lam.sum()
     if not total > 0:
-        return torch.full((), float("nan"), dtype=torch.float64, device=lam.device)
+        return torch.full((), float("nan"), dtype=lam.dtype, device=lam.device)
     p = lam / total
     return torch.exp(-torch.special.xlogy(p, p).sum())
 
@@ -201,13 +207,11 @@ class EvalMetrics(Metric):
             out["mi"] = self.mi / n
             out["au"] = active_units(self.mu_sum, self.mu_sq_sum, int(n))
             out["feature_cos"] = pairwise_cosine_from_sum(self.unit_sum, int(n))
-            for name, cov in (
-                ("feature", covariance_from_sums(self.feature_sum, self.feature_outer, int(n))),
-                ("mu", covariance_from_sums(self.mu_sum, self.mu_outer, int(n))),
-            ):
+            for name, total, outer in (("feature", self.feature_sum, self.feature_outer), ("mu", self.mu_sum, self.mu_outer)):
+                lam = spectrum(covariance_from_sums(total, outer, int(n)))  # one eigendecomposition
                 for k in self.ev_ks:
-                    out[f"{name}_ev{k}"] = explained_variance(cov, k)
-                out[f"{name}_erank"] = effective_rank(cov)
+                    out[f"{name}_ev{k}"] = _explained_variance(lam, k)
+                out[f"{name}_erank"] = _effective_rank(lam)
             if self.with_mi_dataset:
                 mus, logvars = _cat(self.mus), _cat(self.logvars)
                 gen = torch.Generator(device=mus.device).manual_seed(self.seed)
