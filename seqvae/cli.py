@@ -134,11 +134,16 @@ class SeqVAECLI(LightningCLI):
         self._write_metrics({"checkpoint": ckpt})
 
     def after_predict(self):
-        """Writes one reconstruction per input line to predictions.txt in the run directory."""
+        """Writes the generated texts (`model.generation`), one per line, to predictions.txt in
+        the run directory (never overwriting: predictions-2.txt, …), and to stdout if asked."""
         predictions = self.trainer.predict_loop.predictions
         lines = [t for batch in predictions for t in batch]
-        path = write_new_file(Path(self.trainer.log_dir) / "predictions.txt", "".join(line + "\n" for line in lines))
-        print(f"seqvae: wrote {len(lines)} reconstructions to {path}")
+        text = "".join(line + "\n" for line in lines)
+        path = write_new_file(Path(self.trainer.log_dir) / "predictions.txt", text)
+        generation = self.model.generation
+        if generation.stdout:
+            sys.stdout.write(text)
+        print(f"seqvae: wrote {len(lines)} texts ({generation.mode}, {generation.decoding}) to {path}", file=sys.stderr)
 
     def _write_metrics(self, extra: dict):
         metrics = {k: float(v) for k, v in self.trainer.callback_metrics.items() if k.startswith("test/")}

@@ -93,6 +93,51 @@ def pairwise_cosine_from_sum(unit_sum: torch.Tensor, n: int) -> torch.Tensor:
     return (unit_sum.pow(2).sum() - n) / (n * (n - 1))
 
 
+def covariance_from_sums(total: torch.Tensor, outer: torch.Tensor, n: int) -> torch.Tensor:
+    """Sample covariance (divisor N-1) from Σ_i x_i (D,) and Σ_i x_i x_iᵀ (D, D); these sums
+    add over chunks and over DDP processes, so no rows need to be kept."""
+    return (outer - torch.outer(total, total) / n) / (n - 1)
+
+
+def spectrum(cov: torch.Tensor) -> torch.Tensor:
+    """Eigenvalues of a covariance matrix (the variances along its principal components), largest
+    first, in float64; the tiny negative values of rounding are set to 0. All NaN when the
+    covariance is not finite (fewer than 2 points)."""
+    cov = cov.double()
+    if not bool(torch.isfinite(cov).all()):
+        return torch.full(cov.shape[:1], float("nan"), dtype=torch.float64, device=cov.device)
+    return torch.linalg.eigvalsh(cov).flip(0).clamp_min(0)
+
+
+def explained_variance(cov: torch.Tensor, k: int) -> torch.Tensor:
+    """EV_k = Σ_{i≤k} λ_i / Σ_i λ_i, the share of the total variance along the top-k principal
+    components (λ the covariance eigenvalues, largest first) as the IsoBN paper (Zhou et al.
+    2021, §5.3) measures isotropy: 1 when the points lie on a k-dim subspace, k/D when isotropic.
+    NaN when there is no variance at all."""
+    return _explained_variance(spectrum(cov), k)
+
+
+def effective_rank(cov: torch.Tensor) -> torch.Tensor:
+    """Effective rank of Roy & Vetterli (2007), "The effective rank: a measure of effective
+    dimensionality" (EUSIPCO): exp(H(p)) with p_i = λ_i / Σ_j λ_j the normalised covariance
+    eigenvalues and H the Shannon entropy in nats (0 log 0 = 0). It is 1 for a rank-1 covariance,
+    D for an isotropic one and lies in [1, rank]. NaN when there is no variance at all."""
+    return _effective_rank(spectrum(cov))
+
+
+def _explained_variance(lam: torch.Tensor, k: int) -> torch.Tensor:
+    total = lam.sum()
+    return lam[:k].sum() / total if total > 0 else torch.full((), float("nan"), dtype=lam.dtype, device=lam.device)
+
+
+def _effective_rank(lam: torch.Tensor) -> torch.Tensor:
+    total = lam.sum()
+    if not total > 0:
+        return torch.full((), float("nan"), dtype=lam.dtype, device=lam.device)
+    p = lam / total
+    return torch.exp(-torch.special.xlogy(p, p).sum())
+
+
 class EvalMetrics(Metric):
     """Every evaluation metric in one pass.
 
@@ -100,19 +145,25 @@ class EvalMetrics(Metric):
     predicted tokens, the posterior (mu, logvar), the encoder features and, optionally,
     the per-sentence IW-NLL. MI per batch (`mi`) uses each update's rows as the pool, weighted
     by batch size; `mi_dataset` pools the whole set (stored, computed once at the end).
+    The spectrum of the encoder features and of the posterior means (`feature_ev1`, `_ev3`,
+    `_erank`, and `mu_…`: EV_k for each k in `ev_ks`, effective rank) comes from their sums and
+    sums of outer products: deterministic, no noise drawn.
     """
 
     full_state_update = False
 
-    def __init__(self, latent_dim: int, feature_dim: int, mi_dataset: bool = True, seed: int = 0):
+    def __init__(self, latent_dim: int, feature_dim: int, mi_dataset: bool = True, seed: int = 0, ev_ks=(1, 3)):
         super().__init__()
-        self.latent_dim, self.with_mi_dataset, self.seed = latent_dim, mi_dataset, seed
+        self.latent_dim, self.with_mi_dataset, self.seed, self.ev_ks = latent_dim, mi_dataset, seed, tuple(ev_ks)
         f64 = dict(dtype=torch.float64)
         for name in ("n", "tokens", "rec", "kl", "iw_n", "iw", "mi"):
             self.add_state(name, torch.zeros((), **f64), dist_reduce_fx="sum")
         self.add_state("mu_sum", torch.zeros(latent_dim, **f64), dist_reduce_fx="sum")
         self.add_state("mu_sq_sum", torch.zeros(latent_dim, **f64), dist_reduce_fx="sum")
         self.add_state("unit_sum", torch.zeros(feature_dim, **f64), dist_reduce_fx="sum")
+        self.add_state("feature_sum", torch.zeros(feature_dim, **f64), dist_reduce_fx="sum")
+        self.add_state("feature_outer", torch.zeros(feature_dim, feature_dim, **f64), dist_reduce_fx="sum")
+        self.add_state("mu_outer", torch.zeros(latent_dim, latent_dim, **f64), dist_reduce_fx="sum")
         if mi_dataset:
             self.add_state("mus", [], dist_reduce_fx="cat")
             self.add_state("logvars", [], dist_reduce_fx="cat")
@@ -131,7 +182,11 @@ class EvalMetrics(Metric):
         mu64 = mu.double()
         self.mu_sum += mu64.sum(0)
         self.mu_sq_sum += (mu64**2).sum(0)
-        self.unit_sum += torch.nn.functional.normalize(features.double(), dim=-1).sum(0)
+        h64 = features.double()
+        self.unit_sum += torch.nn.functional.normalize(h64, dim=-1).sum(0)
+        self.feature_sum += h64.sum(0)
+        self.feature_outer += h64.T @ h64
+        self.mu_outer += mu64.T @ mu64
         self.mi += b * mutual_information(mu.double(), logvar.double(), mi_generator)
         if self.with_mi_dataset:
             self.mus.append(mu.detach())
@@ -152,6 +207,11 @@ class EvalMetrics(Metric):
             out["mi"] = self.mi / n
             out["au"] = active_units(self.mu_sum, self.mu_sq_sum, int(n))
             out["feature_cos"] = pairwise_cosine_from_sum(self.unit_sum, int(n))
+            for name, total, outer in (("feature", self.feature_sum, self.feature_outer), ("mu", self.mu_sum, self.mu_outer)):
+                lam = spectrum(covariance_from_sums(total, outer, int(n)))  # one eigendecomposition
+                for k in self.ev_ks:
+                    out[f"{name}_ev{k}"] = _explained_variance(lam, k)
+                out[f"{name}_erank"] = _effective_rank(lam)
             if self.with_mi_dataset:
                 mus, logvars = _cat(self.mus), _cat(self.logvars)
                 gen = torch.Generator(device=mus.device).manual_seed(self.seed)

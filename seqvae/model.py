@@ -12,6 +12,8 @@ import math
 import os
 import random
 import time
+from dataclasses import dataclass
+from typing import Literal
 
 import pytorch_lightning as pl
 import torch
@@ -30,6 +32,43 @@ class ConfigError(ValueError):
 
 class NonFiniteError(FloatingPointError):
     """A loss term or the gradient became NaN/Inf; the message names the update and the term."""
+
+
+Decoding = Literal["greedy", "sample", "beam"]
+
+
+@dataclass(frozen=True)
+class Generation:
+    """What `seqvae predict` writes, one text per line (`--model.generation.mode …`).
+
+    Args:
+        mode: "reconstruct" decodes each input text (`data.predict`, default the test split)
+            from its posterior mean; "sample" decodes `n` texts from z ~ N(0, I) (the inputs are
+            not read); "interpolate" reads the inputs as pairs (lines 1-2, 3-4, …) and decodes
+            `steps` points on the straight line between each pair's posterior means, both ends
+            included (`steps` lines per pair).
+        decoding: "greedy" (the most probable word at each step), "sample" (from
+            softmax(logits / temperature)) or "beam" (beam search, `LSTMDecoder.beam_search`).
+        temperature: Softmax temperature of decoding "sample".
+        beam_width: Hypotheses kept by decoding "beam" (1 is greedy).
+        n: Texts drawn in mode "sample".
+        steps: Points per pair in mode "interpolate".
+        max_length: Most tokens decoded per text (`</s>` included); default: the batch's longest
+            input + 20 in mode "reconstruct", 100 otherwise.
+        seed: Seed of every random draw of generation (prior z, sampled words): the same seed
+            gives the same texts.
+        stdout: Also print the texts to stdout (predictions.txt is always written).
+    """
+
+    mode: Literal["reconstruct", "sample", "interpolate"] = "reconstruct"
+    decoding: Decoding = "greedy"
+    temperature: float = 1.0
+    beam_width: int = 5
+    n: int = 10
+    steps: int = 5
+    max_length: int | None = None
+    seed: int = 0
+    stdout: bool = False
 
 
 class SeqVAE(pl.LightningModule):
@@ -61,6 +100,8 @@ class SeqVAE(pl.LightningModule):
         aggressive: Aggressive encoder training (He et al. 2019); None for plain training.
         bn_gamma: BN-VAE (Zhu et al. 2020): batch-normalise the posterior means with this fixed
             scale γ (learned shift), which keeps E[KL] ≥ Z·γ²/2; None to turn off.
+        generation: What `seqvae predict` writes (see `Generation`); a predict-time setting, not
+            saved with the hyper-parameters.
     """
 
     def __init__(
@@ -87,9 +128,11 @@ class SeqVAE(pl.LightningModule):
         init_encoder_from: str | None = None,
         aggressive: AggressiveTraining | None = None,
         bn_gamma: float | None = None,
+        generation: Generation = Generation(),  # noqa: B008 (frozen: immutable default)
     ):
         super().__init__()
-        self.save_hyperparameters()
+        self.save_hyperparameters(ignore=["generation"])
+        self.generation = generation
         self.automatic_optimization = False  # two optimisers; aggressive training steps them apart
         self.kl_schedule = kl_schedule or LinearKLWarmup()
         self.kl_penalty = kl_penalty or StandardKL()
@@ -316,13 +359,41 @@ class SeqVAE(pl.LightningModule):
     def on_test_epoch_end(self):
         self._log_eval("test", self.test_metrics)
 
-    def predict_step(self, batch, batch_idx):
-        """`seqvae predict`: the greedy reconstruction of every input text from its posterior
-        mean (a collapsed model gives the same text for every input, visibly)."""
+    def on_predict_start(self):
+        g = self.generation
+        if g.mode == "interpolate":
+            if self.encoder is None:
+                raise ConfigError("model.generation.mode: the language model has no latent space to interpolate in")
+            loaders = self.trainer.predict_dataloaders
+            n_texts = sum(len(dl.dataset) for dl in (loaders if isinstance(loaders, (list, tuple)) else [loaders]))
+            if n_texts % 2:
+                raise ConfigError(f"model.generation.mode interpolate reads pairs of lines; the predict texts have {n_texts}")
+        self._check_decoding(g.decoding, g.temperature, g.beam_width)
+        # All generation noise (prior z, sampled words) comes from this generator: one seed, one output.
+        self._predict_generator = torch.Generator(device=self.device).manual_seed(g.seed)
+        self._pending_mu = None  # interpolation: the first text of a pair split across batches
+
+    def predict_step(self, batch, batch_idx, dataloader_idx=0):
+        """`seqvae predict`: the texts of `self.generation` for this batch of inputs, in input
+        order (a collapsed model gives the same text for every input, visibly)."""
+        g, gen = self.generation, self._predict_generator
         tokens, lengths = batch["tokens"], batch["lengths"]
+        if g.mode == "sample":
+            if batch_idx or dataloader_idx:
+                return []
+            return self._sample(g.n, g.max_length or 100, g.decoding, g.temperature, g.beam_width, gen)
         z = self.encoder(tokens, lengths)[0] if self.encoder is not None else None
-        ids = self.decoder.generate(z, tokens.size(0), BOS_ID, EOS_ID, max_length=int(lengths.max()) + 20)
-        return [self.vocab.decode(row.tolist()) for row in ids]
+        if g.mode == "interpolate":
+            if self._pending_mu is not None:
+                z, self._pending_mu = torch.cat([self._pending_mu, z]), None
+            if z.size(0) % 2:
+                z, self._pending_mu = z[:-1], z[-1:]
+            if not z.size(0):
+                return []
+            z = torch.cat([_line(a, b, g.steps) for a, b in zip(z[0::2], z[1::2])])
+        n = tokens.size(0) if z is None else z.size(0)
+        max_length = g.max_length or (int(lengths.max()) + 20 if g.mode == "reconstruct" else 100)
+        return self._decode(z, n, max_length, g.decoding, g.temperature, g.beam_width, gen)
 
     # ---------------------------------------------------------------- checkpoint extras
     def on_save_checkpoint(self, checkpoint):
@@ -395,36 +466,99 @@ class SeqVAE(pl.LightningModule):
         outs = self._evaluate(texts, per_batch, batch_size)
         return torch.cat(outs) if outs else torch.empty(0)
 
-    def reconstruct(self, texts: list[str], temperature: float = 0.0, max_length: int = 100, batch_size: int = 64) -> list[str]:
-        """Decodes each text from its posterior mean: greedy (temperature 0) or sampled."""
+    @staticmethod
+    def _check_decoding(decoding: str, temperature: float, beam_width: int) -> None:
+        if decoding not in ("greedy", "sample", "beam"):
+            raise ConfigError(f"decoding must be greedy, sample or beam, got {decoding!r}")
+        if decoding == "sample" and not temperature > 0:
+            raise ConfigError(f"decoding 'sample' needs a temperature > 0, got {temperature}")
+        if decoding == "beam" and beam_width < 1:
+            raise ConfigError(f"decoding 'beam' needs beam_width ≥ 1, got {beam_width}")
+
+    def _decode(self, z, n: int, max_length: int, decoding: str, temperature: float, beam_width: int, generator=None):
+        """Texts decoded from z (n, Z) (None: the language model) by greedy, sampling or beam search."""
+        if decoding == "beam":
+            ids = self.decoder.beam_search(z, n, BOS_ID, EOS_ID, max_length, beam_width)[0]
+        else:
+            t = temperature if decoding == "sample" else 0.0
+            ids = self.decoder.generate(z, n, BOS_ID, EOS_ID, max_length, t, generator)
+        return [self.vocab.decode(row.tolist()) for row in ids]
+
+    def _sample(self, n: int, max_length: int, decoding: str, temperature: float, beam_width: int, generator=None):
+        z = None
+        if self.encoder is not None:
+            z = torch.randn(n, self.hparams.latent_dim, device=self.device, generator=generator)
+        return self._decode(z, n, max_length, decoding, temperature, beam_width, generator)
+
+    @staticmethod
+    def _decoding(decoding: str | None, temperature: float) -> str:
+        return decoding or ("sample" if temperature > 0 else "greedy")
+
+    def _api_generator(self, seed: int | None):
+        return None if seed is None else torch.Generator(device=self.device).manual_seed(seed)
+
+    def reconstruct(
+        self,
+        texts: list[str],
+        temperature: float = 0.0,
+        max_length: int = 100,
+        batch_size: int = 64,
+        decoding: Decoding | None = None,
+        beam_width: int = 5,
+        seed: int | None = None,
+    ) -> list[str]:
+        """Decodes each text from its posterior mean: `decoding` "greedy", "sample" (from
+        softmax(logits / temperature)) or "beam" (width `beam_width`); by default greedy when
+        temperature is 0, else sampled. `seed` fixes the sampling noise (default: the global RNG)."""
+        decoding = self._decoding(decoding, temperature)
+        self._check_decoding(decoding, temperature, beam_width)
+        gen = self._api_generator(seed)
 
         def per_batch(b):
             z = self.encoder(b["tokens"], b["lengths"])[0] if self.encoder is not None else None
-            ids = self.decoder.generate(z, b["tokens"].size(0), BOS_ID, EOS_ID, max_length, temperature)
-            return [self.vocab.decode(row.tolist()) for row in ids]
+            return self._decode(z, b["tokens"].size(0), max_length, decoding, temperature, beam_width, gen)
 
         return [t for out in self._evaluate(texts, per_batch, batch_size) for t in out]
 
-    def interpolate(self, a: str, b: str, steps: int = 5, max_length: int = 100) -> list[str]:
-        """Greedy decodes along the straight line between the posterior means of texts a and b
-        (`steps` points, both ends included)."""
+    def interpolate(
+        self,
+        a: str,
+        b: str,
+        steps: int = 5,
+        max_length: int = 100,
+        temperature: float = 0.0,
+        decoding: Decoding | None = None,
+        beam_width: int = 5,
+        seed: int | None = None,
+    ) -> list[str]:
+        """Decodes (greedy by default; `decoding` as in `reconstruct`) the `steps` points on the
+        straight line between the posterior means of texts a and b, both ends included."""
         if self.encoder is None:
             raise RuntimeError("the language model has no latent space to interpolate in")
+        decoding = self._decoding(decoding, temperature)
+        self._check_decoding(decoding, temperature, beam_width)
         mu, _ = self.encode([a, b])
-        weights = torch.linspace(0, 1, steps, device=mu.device).unsqueeze(1)
-        z = (1 - weights) * mu[0] + weights * mu[1]  # (steps, Z)
         with self._inference():
-            ids = self.decoder.generate(z, steps, BOS_ID, EOS_ID, max_length)
-        return [self.vocab.decode(row.tolist()) for row in ids]
+            z = _line(mu[0], mu[1], steps)
+            return self._decode(z, steps, max_length, decoding, temperature, beam_width, self._api_generator(seed))
 
-    def sample(self, n: int, temperature: float = 1.0, max_length: int = 100) -> list[str]:
-        """n texts decoded from z ~ N(0, I)."""
+    def sample(
+        self,
+        n: int,
+        temperature: float = 1.0,
+        max_length: int = 100,
+        decoding: Decoding | None = None,
+        beam_width: int = 5,
+        seed: int | None = None,
+    ) -> list[str]:
+        """n texts decoded from z ~ N(0, I): sampled words by default (greedy when temperature
+        is 0; `decoding` as in `reconstruct`). `seed` fixes z and the word noise."""
         if self.vocab is None:
             raise RuntimeError("this model has no vocabulary: load it from a checkpoint or train it first")
+        decoding = self._decoding(decoding, temperature)
+        self._check_decoding(decoding, temperature, beam_width)
         with self._inference():
-            z = torch.randn(n, self.hparams.latent_dim, device=self.device) if self.encoder is not None else None
-            ids = self.decoder.generate(z, n, BOS_ID, EOS_ID, max_length, temperature)
-        return [self.vocab.decode(row.tolist()) for row in ids]
+            return self._sample(n, max_length, decoding, temperature, beam_width, self._api_generator(seed))
 
     def iw_nll(self, texts: list[str], n_samples: int = 500, batch_size: int = 16) -> torch.Tensor:
         """Importance-weighted NLL per text in nats, (N,); exact NLL for the language model."""
@@ -440,3 +574,9 @@ class SeqVAE(pl.LightningModule):
 
         outs = self._evaluate(texts, per_batch, batch_size)
         return torch.cat(outs) if outs else torch.empty(0)
+
+
+def _line(a: torch.Tensor, b: torch.Tensor, steps: int) -> torch.Tensor:
+    """`steps` evenly spaced points from a to b (Z,), both included: (steps, Z)."""
+    weights = torch.linspace(0, 1, steps, device=a.device, dtype=a.dtype).unsqueeze(1)
+    return (1 - weights) * a + weights * b

@@ -136,6 +136,24 @@ class LSTMDecoder(nn.Module):
             logits = logits + self.z_to_out(z).unsqueeze(1)
         return logits
 
+    def _start(self, z: torch.Tensor | None):
+        """The decoder's initial LSTM state for z (n, Z): c0 = W z, h0 = tanh(c0); None without z."""
+        if not self.latent_dim:
+            return None
+        c0 = self.z_to_c0(z).unsqueeze(0)
+        return (torch.tanh(c0), c0)
+
+    def _step(self, x: torch.Tensor, state, z: torch.Tensor | None):
+        """One decoding step: previous ids x (n,) -> next-token logits (n, V) and the new state."""
+        inp = self.embed(x.unsqueeze(1))  # (n, 1, E)
+        if self.latent_dim:
+            inp = torch.cat([inp, z.unsqueeze(1)], dim=-1)
+        h, state = self.lstm(inp, state)
+        logits = self.out(h[:, -1])  # (n, V)
+        if self.skip:
+            logits = logits + self.z_to_out(z)
+        return logits, state
+
     @torch.no_grad()
     def generate(
         self,
@@ -151,21 +169,12 @@ class LSTMDecoder(nn.Module):
         greedy when temperature is 0, else sampling from softmax(logits / temperature).
         Returns ids (n, L) without `<s>`; a sequence ends at its first `</s>`."""
         device = self.out.weight.device
-        state = None
-        if self.latent_dim:
-            c0 = self.z_to_c0(z).unsqueeze(0)
-            state = (torch.tanh(c0), c0)
-        x = torch.full((n, 1), bos_id, dtype=torch.long, device=device)
+        state = self._start(z)
+        x = torch.full((n,), bos_id, dtype=torch.long, device=device)
         done = torch.zeros(n, dtype=torch.bool, device=device)
         out = []
         for _ in range(max_length):
-            inp = self.embed(x)  # (n, 1, E)
-            if self.latent_dim:
-                inp = torch.cat([inp, z.unsqueeze(1)], dim=-1)
-            h, state = self.lstm(inp, state)
-            logits = self.out(h[:, -1])  # (n, V)
-            if self.skip:
-                logits = logits + self.z_to_out(z)
+            logits, state = self._step(x, state, z)
             if temperature > 0:
                 nxt = torch.multinomial(torch.softmax(logits / temperature, -1), 1, generator=generator).squeeze(1)
             else:
@@ -175,8 +184,55 @@ class LSTMDecoder(nn.Module):
             done |= nxt == eos_id
             if bool(done.all()):
                 break
-            x = nxt.unsqueeze(1)
+            x = nxt
         return torch.stack(out, dim=1)
+
+    @torch.no_grad()
+    def beam_search(
+        self, z: torch.Tensor | None, n: int, bos_id: int, eos_id: int, max_length: int = 100, beam_width: int = 5
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The most probable sequence per z (n, Z) that a beam of `beam_width` hypotheses finds,
+        batched over the n inputs. Returns ids (n, L) as `generate` does, and their scores (n,).
+
+        The score of a hypothesis is the plain sum of log p(token | prefix, z) over its tokens,
+        `</s>` included (no length normalisation, so shorter texts are favoured exactly as the
+        model's probabilities favour them). A hypothesis is finished at `</s>`: it stays in the
+        beam with its score frozen and competes with the open ones. Hypotheses still open after
+        `max_length` tokens compete with their partial score. Extending a hypothesis never raises
+        its score, so the search stops as soon as every input's best hypothesis is finished.
+        With `beam_width=1` this is greedy decoding."""
+        if beam_width < 1:
+            raise ValueError(f"beam_width must be at least 1, got {beam_width}")
+        device = self.out.weight.device
+        w = beam_width
+        zz = None if z is None else z.repeat_interleave(w, 0)  # (n·W, Z), row i·W + j is beam j of input i
+        state = self._start(zz)
+        x = torch.full((n * w,), bos_id, dtype=torch.long, device=device)
+        scores = torch.full((n, w), float("-inf"), device=device)
+        scores[:, 0] = 0.0  # one live hypothesis (`<s>`) at the start
+        finished = torch.zeros(n, w, dtype=torch.bool, device=device)
+        history = torch.empty(n, w, 0, dtype=torch.long, device=device)
+        rows = torch.arange(n, device=device).unsqueeze(1)  # (n, 1)
+        for _ in range(max_length):
+            logits, state = self._step(x, state, zz)
+            logp = torch.log_softmax(logits.float(), -1).view(n, w, -1)  # (n, W, V)
+            vocab = logp.size(-1)
+            # A finished hypothesis has one continuation, `</s>` again, at no cost.
+            frozen = torch.full_like(logp[0, 0], float("-inf"))
+            frozen[eos_id] = 0.0
+            logp = torch.where(finished.unsqueeze(-1), frozen, logp)
+            candidates = (scores.unsqueeze(-1) + logp).view(n, w * vocab)
+            scores, index = candidates.topk(w, dim=-1)  # sorted, best first
+            origin, token = index // vocab, index % vocab  # (n, W)
+            history = torch.cat([history[rows, origin], token.unsqueeze(-1)], dim=-1)
+            finished = finished[rows, origin] | (token == eos_id)
+            if bool(finished[:, 0].all()):
+                break
+            flat = (rows * w + origin).view(-1)
+            if state is not None:
+                state = tuple(s[:, flat] for s in state)
+            x = token.view(-1)
+        return history[:, 0], scores[:, 0]
 
     def log_likelihood(self, tokens: torch.Tensor, lengths: torch.Tensor, z: torch.Tensor | None, inputs=None):
         """log p(x | z) summed over the n + 1 predicted tokens.

@@ -61,14 +61,19 @@ def metrics(iw_nll: float, fit_seconds: float, old: bool = False) -> dict:
         "test/mi_dataset": 1.25,
         "test/au": 4.0,
         "test/feature_cos": 0.5,
+        "test/feature_ev1": 0.5 + iw_nll / 1000,
+        "test/feature_ev3": 0.9,
+        "test/feature_erank": 2.5,
+        "test/mu_erank": 7.0,
         "test/iw_ppl": 110.0,
         "updates": 1000,
         "encoder_updates": 1500,
         "decoder_updates": 1000,
         "fit_seconds": fit_seconds,
     }
-    if old:  # written before the MI(dataset) metric and the update counters existed
-        for key in ("test/mi_dataset", "encoder_updates", "decoder_updates"):
+    if old:  # written before the MI(dataset) and spectrum metrics and the update counters existed
+        for key in ("test/mi_dataset", "encoder_updates", "decoder_updates", "test/feature_ev1", "test/feature_ev3",
+                    "test/feature_erank", "test/mu_erank"):  # fmt: skip
             del m[key]
     return m
 
@@ -145,6 +150,22 @@ def test_markdown_through_the_cli(runs, capsys):
     last = [c.strip() for c in rows["pooling=last"].strip("|").split("|")]
     assert last[1] == "2" and last[6] == "–"  # MI(dataset) is missing from the older runs
     assert last[-2] == "– / –" and last[-1] == "5.0 ± 0.0"
+
+
+def test_spectrum_columns_blank_for_older_runs(runs, capsys):
+    rc, out, _ = run_compare(capsys, f"{runs}/yahoo/*/seed*", "--format", "json")
+    rows = {r["label"]: r for r in json.loads(out)}
+    assert rows["pooling=max"]["feature_ev1"] == {"mean": pytest.approx(0.602), "std": pytest.approx(0.002)}
+    assert rows["pooling=max"]["mu_erank"] == {"mean": 7.0, "std": 0.0}
+    assert rows["pooling=last"]["feature_erank"] == {"mean": None, "std": None}
+    rc, out, _ = run_compare(capsys, f"{runs}/yahoo/*/seed*")
+    lines = out.splitlines()
+    headers = [c.strip() for c in lines[0].strip("|").split("|")]
+    cells = {line.split(" | ")[0].strip("| "): [c.strip() for c in line.strip("|").split("|")] for line in lines[2:]}
+    col = headers.index("feature EV1")
+    assert headers[col : col + 4] == ["feature EV1", "feature EV3", "feature erank", "μ erank"]
+    assert cells["pooling=max"][col : col + 4] == ["0.602 ± 0.002", "0.900 ± 0.000", "2.5 ± 0.0", "7.0 ± 0.0"]
+    assert cells["pooling=last"][col : col + 4] == ["–"] * 4
 
 
 def test_csv_header_and_numbers(runs, capsys):

@@ -344,3 +344,63 @@ def test_mutual_information_more_samples_same_mean_less_noise():
     far = torch.arange(50, dtype=torch.float64).unsqueeze(1).repeat(1, 4) * 10
     # (the analytic entropy against its 500-sample estimate: ~0.06 nats of noise)
     assert mutual_information(far, torch.full_like(far, -6.0), g, samples=10) == pytest.approx(math.log(50), abs=0.25)
+
+
+# ---------------------------------------------------------------- spectrum: EV_k and effective rank
+def test_explained_variance_and_effective_rank_analytic():
+    from seqvae.metrics import effective_rank, explained_variance
+
+    cov = torch.diag(torch.tensor([4.0, 1.0, 0.0, 0.0, 0.0], dtype=F64))
+    assert float(explained_variance(cov, 1)) == pytest.approx(0.8, abs=1e-12)
+    assert float(explained_variance(cov, 3)) == pytest.approx(1.0, abs=1e-12)
+    assert float(effective_rank(cov)) == pytest.approx(math.exp(-(0.8 * math.log(0.8) + 0.2 * math.log(0.2))), abs=1e-12)
+    for d in (1, 3, 8):
+        iso = 2.5 * torch.eye(d, dtype=F64)
+        assert float(effective_rank(iso)) == pytest.approx(d, abs=1e-9)
+        assert float(explained_variance(iso, 1)) == pytest.approx(1 / d, abs=1e-12)
+        assert float(explained_variance(iso, 3)) == pytest.approx(min(3, d) / d, abs=1e-12)
+    v = torch.tensor([1.0, -2.0, 0.5, 3.0], dtype=F64)
+    rank1 = torch.outer(v, v)
+    assert float(effective_rank(rank1)) == pytest.approx(1.0, abs=1e-9)
+    assert float(explained_variance(rank1, 1)) == pytest.approx(1.0, abs=1e-12)
+    # both depend on the eigenvalues only: a rotated covariance gives the same values
+    q, _ = torch.linalg.qr(torch.randn(5, 5, generator=gen(3), dtype=F64))
+    rotated = q @ cov @ q.T
+    assert float(explained_variance(rotated, 1)) == pytest.approx(0.8, abs=1e-9)
+    assert float(effective_rank(rotated)) == pytest.approx(float(effective_rank(cov)), abs=1e-9)
+    # no variance (one point, or all points equal): NaN, not a crash
+    assert math.isnan(float(effective_rank(torch.zeros(3, 3, dtype=F64))))
+    assert math.isnan(float(explained_variance(torch.full((3, 3), float("nan"), dtype=F64), 1)))
+
+
+def test_spectrum_from_sums_in_eval_metrics_equals_numpy():
+    import numpy as np
+
+    data = eval_set()
+    whole = run_metrics(data, [0, 30])
+    parts = run_metrics(data, [0, 4, 15, 16, 30])
+    for name, x in (("feature", data["features"]), ("mu", data["mu"])):
+        lam = np.sort(np.linalg.eigvalsh(np.cov(x.double().numpy(), rowvar=False)))[::-1].clip(0)
+        p = lam / lam.sum()
+        for k in (1, 3):
+            assert float(parts[f"{name}_ev{k}"]) == pytest.approx(lam[:k].sum() / lam.sum(), abs=1e-6)
+        assert float(parts[f"{name}_erank"]) == pytest.approx(float(np.exp(-(p[p > 0] * np.log(p[p > 0])).sum())), abs=1e-5)
+        for key in (f"{name}_ev1", f"{name}_ev3", f"{name}_erank"):
+            torch.testing.assert_close(parts[key], whole[key], rtol=1e-6, atol=1e-6, msg=key)
+    # mu has scales 1, 0.5, 0.05, 0.001: about two effective dimensions
+    assert 1.5 < float(whole["mu_erank"]) < 2.5
+
+
+def test_spectrum_metrics_draw_no_random_numbers():
+    data = eval_set()
+    m = EvalMetrics(latent_dim=4, feature_dim=5, mi_dataset=False, ev_ks=(2,))
+    state = torch.get_rng_state()
+    g = gen(60)
+    m.update(**data, mi_generator=g)
+    out = m.compute()
+    assert torch.equal(torch.get_rng_state(), state)
+    assert torch.equal(g.get_state(), gen(60).get_state()) is False  # MI drew from its own generator …
+    g2 = gen(60)
+    mutual_information(data["mu"].double(), data["logvar"].double(), g2)
+    assert torch.equal(g.get_state(), g2.get_state())  # … exactly as much as MI alone draws
+    assert {"feature_ev2", "feature_erank", "mu_ev2", "mu_erank"} <= set(out) and "feature_ev1" not in out

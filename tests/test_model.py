@@ -357,3 +357,60 @@ def test_interpolation_ends_are_the_reconstructions(corpus):
     assert len(path) == 6
     assert path[0] == model.reconstruct([val[0]], max_length=8)[0]
     assert path[-1] == model.reconstruct([val[1]], max_length=8)[0]
+
+
+def listening_model(root, **kw):
+    """A tiny model whose decoder listens to z, so different z give different texts."""
+    dm = datamodule(root)
+    torch.manual_seed(0)
+    model = tiny_model(dm.vocab_size, **kw)
+    model.vocab = dm.vocab
+    with torch.no_grad():
+        model.decoder.z_to_c0.weight.normal_(0, 3.0)
+        model.decoder.out.weight.normal_(0, 1.0)
+        for p in model.encoder.parameters():
+            p.uniform_(-1.0, 1.0)
+    return model
+
+
+def test_decoding_options_of_the_api(corpus):
+    from seqvae.model import ConfigError
+
+    root, val = corpus
+    model = listening_model(root)
+    greedy = model.reconstruct(val[:9], max_length=10)
+    assert model.reconstruct(val[:9], max_length=10, decoding="beam", beam_width=1) == greedy
+    beam = model.reconstruct(val[:9], max_length=10, decoding="beam", beam_width=4)
+    assert len(beam) == 9 and model.reconstruct(val[:9], max_length=10, decoding="beam", beam_width=4, batch_size=2) == beam
+    # sampling: a fixed seed gives the same texts, call after call, whatever the global RNG did
+    sampled = model.reconstruct(val[:9], temperature=1.0, max_length=10, seed=3)
+    torch.rand(5)
+    assert model.reconstruct(val[:9], temperature=1.0, max_length=10, seed=3) == sampled
+    assert model.reconstruct(val[:9], decoding="sample", temperature=1.0, max_length=10, seed=3) == sampled
+    assert model.reconstruct(val[:9], temperature=1.0, max_length=10, seed=4) != sampled
+    prior = model.sample(8, max_length=10, seed=0)
+    assert model.sample(8, max_length=10, seed=0) == prior and model.sample(8, max_length=10, seed=1) != prior
+    assert model.sample(8, max_length=10, decoding="beam", beam_width=3, seed=0) == model.sample(
+        8, max_length=10, decoding="beam", beam_width=3, seed=0
+    )
+    with pytest.raises(ConfigError, match="temperature > 0"):
+        model.reconstruct(val[:2], decoding="sample", temperature=0.0)
+    with pytest.raises(ConfigError, match="beam_width"):
+        model.sample(2, decoding="beam", beam_width=0)
+
+
+def test_interpolation_ends_decode_the_posterior_means(corpus):
+    from seqvae.data import BOS_ID, EOS_ID
+
+    root, val = corpus
+    model = listening_model(root).eval()
+    mu, _ = model.encode(val[2:4])
+    for decoding in ("greedy", "beam"):
+        path = model.interpolate(val[2], val[3], steps=4, max_length=9, decoding=decoding, beam_width=3)
+        if decoding == "greedy":
+            ids = model.decoder.generate(mu, 2, BOS_ID, EOS_ID, max_length=9)
+        else:
+            ids = model.decoder.beam_search(mu, 2, BOS_ID, EOS_ID, max_length=9, beam_width=3)[0]
+        ends = [model.vocab.decode(row.tolist()) for row in ids]
+        assert len(path) == 4 and [path[0], path[-1]] == ends
+    assert len(set(model.interpolate(val[2], val[3], steps=9, max_length=9))) > 1  # the path moves

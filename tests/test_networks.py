@@ -218,3 +218,95 @@ def test_dropout_only_in_training():
     torch.manual_seed(0)
     c = dec.log_likelihood(tokens, lengths, z)
     assert not torch.allclose(a, c)
+
+
+# ---------------------------------------------------------------- beam search
+def sequence_log_prob(dec, ids, z):
+    """Teacher-forced log p(ids | z) of decoded rows (n, L): up to and including the first
+    `</s>`, or all L tokens when there is none."""
+    n = ids.size(0)
+    ends = [int((row == EOS_ID).nonzero()[0]) + 1 if bool((row == EOS_ID).any()) else len(row) for row in ids]
+    tokens = torch.cat([torch.full((n, 1), BOS_ID), ids], dim=1)
+    lengths = torch.tensor(ends) + 1
+    with torch.no_grad():
+        return dec.log_likelihood(tokens, lengths, None if z is None else z.unsqueeze(1))[:, 0]
+
+
+@pytest.mark.parametrize("latent_dim,skip", [(Z, False), (Z, True), (0, False)])
+def test_beam_width_1_is_greedy(latent_dim, skip):
+    for seed in range(3):
+        dec = decoder(latent_dim, skip, seed=seed, scale=1.0)
+        z = torch.randn(6, latent_dim, generator=torch.Generator().manual_seed(seed)) if latent_dim else None
+        greedy = dec.generate(z, 6, BOS_ID, EOS_ID, max_length=15)
+        beam, score = dec.beam_search(z, 6, BOS_ID, EOS_ID, max_length=15, beam_width=1)
+        assert torch.equal(beam, greedy)
+        torch.testing.assert_close(score, sequence_log_prob(dec, beam, z), atol=1e-4, rtol=1e-5)
+
+
+class MarkovDecoder(LSTMDecoder):
+    """A decoder whose next-word distribution depends on the previous word only (a table)."""
+
+    def __init__(self, table):
+        super().__init__(len(table), 2, 2, 0)
+        self.table = torch.tensor(table).log()
+
+    def _step(self, x, state, z):
+        return self.table[x], state
+
+
+def test_beam_search_beats_myopic_greedy():
+    A, B = 4, 5  # after <s>: A 0.6, B 0.4; after A: four words at 0.25; after B: </s> for sure
+    eps = 1e-9
+    table = [[1 / 6] * 6 for _ in range(6)]
+    table[BOS_ID] = [eps, eps, eps, eps, 0.6, 0.4]
+    table[A] = [eps, eps, 0.25, 0.25, 0.25, 0.25]
+    table[B] = [eps, eps, 1.0, eps, eps, eps]
+    dec = MarkovDecoder(table).eval()
+    greedy = dec.generate(None, 1, BOS_ID, EOS_ID, max_length=2)
+    assert greedy[0, 0] == A  # greedy takes the likelier first word, then nothing is likely
+    ids, score = dec.beam_search(None, 1, BOS_ID, EOS_ID, max_length=5, beam_width=2)
+    assert ids[0].tolist() == [B, EOS_ID]
+    assert float(score) == pytest.approx(torch.tensor(0.4).log().item() + torch.tensor(1.0).log().item(), abs=1e-6)
+    ids1, score1 = dec.beam_search(None, 1, BOS_ID, EOS_ID, max_length=5, beam_width=1)
+    assert ids1[0, 0] == A and float(score1) < float(score)
+
+
+@pytest.mark.parametrize("latent_dim,skip", [(Z, False), (0, False), (Z, True)])
+def test_wide_beam_finds_the_exact_optimum(latent_dim, skip):
+    """With a beam as wide as every prefix, beam search is exhaustive: it must return the most
+    probable sequence of all (enumerated) and its score, which no greedy decode can beat."""
+    import itertools
+
+    v, max_len = 6, 4
+    torch.manual_seed(1)
+    dec = LSTMDecoder(v, 4, 6, latent_dim, skip=skip)
+    for p in dec.parameters():
+        torch.nn.init.uniform_(p, -1.5, 1.5)
+    dec.eval()
+    z = torch.randn(2, latent_dim, generator=torch.Generator().manual_seed(2)) if latent_dim else None
+    words = [t for t in range(v) if t != EOS_ID]
+    candidates = [list(p) + [EOS_ID] for k in range(max_len) for p in itertools.product(words, repeat=k)]
+    candidates += [list(p) for p in itertools.product(words, repeat=max_len)]
+    padded = torch.tensor([c + [EOS_ID] * (max_len - len(c)) for c in candidates])
+    ids, score = dec.beam_search(z, 2, BOS_ID, EOS_ID, max_length=max_len, beam_width=v ** (max_len - 1))
+    greedy = dec.generate(z, 2, BOS_ID, EOS_ID, max_length=max_len)
+    for i in range(2):
+        zi = None if z is None else z[i : i + 1].expand(len(candidates), -1)
+        all_scores = sequence_log_prob(dec, padded, zi)
+        best = int(all_scores.argmax())
+        assert ids[i, : len(candidates[best])].tolist() == candidates[best]
+        assert float(score[i]) == pytest.approx(float(all_scores[best]), abs=1e-4)
+        greedy_score = sequence_log_prob(dec, greedy[i : i + 1], None if z is None else z[i : i + 1])
+        assert float(score[i]) >= float(greedy_score) - 1e-5
+
+
+def test_beam_search_batched_equals_one_by_one():
+    dec = decoder(Z, seed=4, scale=1.0)
+    z = torch.randn(5, Z, generator=torch.Generator().manual_seed(5))
+    ids, score = dec.beam_search(z, 5, BOS_ID, EOS_ID, max_length=12, beam_width=4)
+    for i in range(5):
+        one, s = dec.beam_search(z[i : i + 1], 1, BOS_ID, EOS_ID, max_length=12, beam_width=4)
+        n = one.size(1)
+        assert ids[i, :n].tolist() == one[0].tolist() and torch.all(ids[i, n:] == EOS_ID)
+        assert float(score[i]) == pytest.approx(float(s[0]), abs=1e-4)
+        torch.testing.assert_close(score[i : i + 1], sequence_log_prob(dec, ids[i : i + 1], z[i : i + 1]), atol=1e-4, rtol=1e-5)
