@@ -4,7 +4,8 @@
 
 Each run directory (a training run, or its export under docs/results/<dataset>/<variant>/seed<N>/)
 holds config.yaml and metrics.json. Runs whose configs differ only by seed form one group; a row
-is labelled by the config keys that vary across groups (`pooling=max`).
+is labelled by the config keys that vary across groups (`pooling=max`), or, with `--label dir`,
+by the name of the directory above its seed directories (`<root>/<variant>/seed<N>`: `max`).
 """
 
 from __future__ import annotations
@@ -105,7 +106,7 @@ def short_names(keys: list[str]) -> dict[str, str]:
             depth[k] += 1
 
 
-def group_runs(runs: list[dict]) -> list[dict]:
+def group_runs(runs: list[dict], label_by: str = "config") -> list[dict]:
     groups: dict[str, dict] = {}
     for run in runs:
         key = json.dumps(run["config"], sort_keys=True, default=str)
@@ -117,7 +118,7 @@ def group_runs(runs: list[dict]) -> list[dict]:
     for g in out:
         label = ", ".join(f"{names[k]}={show(k, g['config'][k])}" for k in varying if k in g["config"])
         parents = dict.fromkeys(r["path"].resolve().parent.name for r in g["runs"])
-        g["label"] = label or ",".join(parents)
+        g["label"] = ",".join(parents) if label_by == "dir" or not label else label
         g["stats"] = {mid: summarize(g["runs"], key) for mid, _, key, _ in METRICS}
     return out
 
@@ -213,10 +214,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="seqvae compare", description="Table of finished runs, one row per config over seeds.")
     parser.add_argument("runs", nargs="+", metavar="RUN_DIR_OR_GLOB", help="run directories, or globs (quoted) matching them")
     parser.add_argument("--format", choices=["markdown", "csv", "json"], default="markdown")
+    parser.add_argument(
+        "--label", choices=["config", "dir"], default="config", help="row labels: varying config keys, or variant directory"
+    )
     parser.add_argument("--plots", type=Path, metavar="DIR", help="write one PNG per validation curve into DIR")
     args = parser.parse_args(argv)
     try:
-        groups = group_runs(find_runs(args.runs))
+        groups = group_runs(find_runs(args.runs), args.label)
     except (CompareError, OSError) as err:
         print(f"seqvae compare: error: {err}", file=sys.stderr)
         return 2

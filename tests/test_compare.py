@@ -247,3 +247,14 @@ def test_read_curves_mean_band(runs):
     c = compare.read_curves(runs / "yahoo" / "max" / "seed1" / "curves.csv")
     assert c["val/kl"] == {1.0: 2.0, 2.0: 3.0, 3.0: 4.0}
     assert "step" not in c and "epoch" not in c
+
+
+def test_label_by_variant_directory(tmp_path):
+    for variant, pooling in (("last", "last"), ("maxpool", "max")):
+        for seed in (1, 2):
+            make_run(tmp_path, variant, seed, metrics(400.0 + seed, 60.0), pooling=pooling)
+    runs = compare.find_runs([str(tmp_path / "yahoo" / "*" / "seed*")])
+    assert sorted(g["label"] for g in compare.group_runs(runs)) == ["pooling=last", "pooling=max"]
+    by_dir = compare.group_runs(runs, "dir")
+    assert sorted(g["label"] for g in by_dir) == ["last", "maxpool"]
+    assert all(len(g["runs"]) == 2 and g["stats"]["iw_nll"]["mean"] == 401.5 for g in by_dir)
