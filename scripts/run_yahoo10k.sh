@@ -4,12 +4,14 @@
 # docs/results/yahoo10k/<variant>/ (small files, committed; checkpoints stay in runs/).
 #   scripts/run_yahoo10k.sh [VARIANT ...]          (default: last max)
 # Environment: EPOCHS (default 20), IW (test importance samples, default 100), SEED (default 1).
+# A variant that fails is reported and skipped; the others still run; the exit status is 1 then.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # The README's install puts seqvae in .venv; use it when the caller did not activate it.
 command -v seqvae >/dev/null || { [ -f .venv/bin/activate ] && . .venv/bin/activate; }
 EPOCHS=${EPOCHS:-20}; IW=${IW:-100}; SEED=${SEED:-1}
 variants=("$@"); [ ${#variants[@]} -gt 0 ] || variants=(last max)
+failed=()
 for v in "${variants[@]}"; do
   run=runs/yahoo10k/$v/seed$SEED
   args=(--config configs/yahoo10k/base.yaml --config configs/yahoo10k/$v.yaml
@@ -19,10 +21,11 @@ for v in "${variants[@]}"; do
     echo "== $v: finished ($run/metrics.json)"
   elif [ -f "$run/checkpoints/last.ckpt" ]; then
     echo "== $v: resuming from $run/checkpoints/last.ckpt"
-    seqvae fit "${args[@]}" --ckpt_path "$run/checkpoints/last.ckpt"
+    seqvae fit "${args[@]}" --ckpt_path "$run/checkpoints/last.ckpt" || { failed+=("$v"); continue; }
   else
     echo "== $v: starting in $run"
-    seqvae fit "${args[@]}"
+    seqvae fit "${args[@]}" || { failed+=("$v"); continue; }
   fi
   python scripts/export_run.py "$run" "docs/results/yahoo10k/$v/seed$SEED"
 done
+if [ ${#failed[@]} -gt 0 ]; then echo "== failed: ${failed[*]}"; exit 1; fi

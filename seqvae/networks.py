@@ -84,7 +84,14 @@ class LSTMEncoder(nn.Module):
         h = self.features(tokens, lengths)
         mu, logvar = self.to_posterior(h).chunk(2, dim=-1)
         if self.mean_norm is not None:
-            mu = self.mean_norm(mu)
+            bn = self.mean_norm
+            if self.training and mu.size(0) == 1:
+                # Equal-length bucketing makes some training batches a single sentence, whose
+                # batch variance does not exist (BatchNorm raises). Such a batch is normalised
+                # with the running statistics, which it leaves unchanged, as at evaluation.
+                mu = F.batch_norm(mu, bn.running_mean, bn.running_var, bn.weight, bn.bias, False, 0.0, bn.eps)
+            else:
+                mu = bn(mu)
         return mu, logvar, h
 
 

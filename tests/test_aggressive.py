@@ -165,3 +165,26 @@ def test_encoder_pretraining_keeps_encoder_and_fresh_decoder(corpus, tmp_path): 
     # and training moved every parameter from there, the loaded encoder included
     start = {f"encoder.{k}": v for k, v in seen["encoder"].items()} | {f"decoder.{k}": v for k, v in seen["decoder"].items()}
     assert [n for n, p in vae.named_parameters() if torch.equal(p, start[n])] == []
+
+
+def test_bn_vae_single_sentence_batch_uses_running_statistics(corpus):  # noqa: F811
+    # Equal-length buckets can hold one sentence; BatchNorm has no batch variance for it.
+    root, _ = corpus
+    dm = datamodule(root)
+    torch.manual_seed(0)
+    model = tiny_model(dm.vocab_size, bn_gamma=0.5)
+    batch = next(iter(dm.train_dataloader()))
+    one = {"tokens": batch["tokens"][:1], "lengths": batch["lengths"][:1]}
+    bn = model.encoder.mean_norm
+    bn.running_mean.normal_(0, 0.1)
+    stats = (bn.running_mean.clone(), bn.running_var.clone(), int(bn.num_batches_tracked))
+    model.train()
+    mu_train, _, _ = model.encoder(one["tokens"], one["lengths"])
+    assert torch.equal(bn.running_mean, stats[0]) and torch.equal(bn.running_var, stats[1])
+    assert int(bn.num_batches_tracked) == stats[2]
+    model.eval()
+    mu_eval, _, _ = model.encoder(one["tokens"], one["lengths"])
+    torch.testing.assert_close(mu_train, mu_eval, rtol=0, atol=0)
+    model.train()
+    mu_batch, _, _ = model.encoder(batch["tokens"], batch["lengths"])  # a real batch still updates them
+    assert not torch.equal(bn.running_mean, stats[0]) and mu_batch.requires_grad
