@@ -1,7 +1,7 @@
 """The paper's Figure 2 (Long et al. §4.2-4.3): encoder feature space of 3-unit-encoder / 3-d-latent
 SeqVAEs on the validation set, for the last-state encoder, the last-state encoder with the cosine
 regulariser, and the max-pooled encoder; one 3-D scatter per model with the mean pairwise cosine
-of its features in the title, plus all three side by side.
+of its features in the title, plus all three side by side (same axes, centred on 0).
 
     python scripts/feature_space.py                       # demo corpus, 5 epochs: a few minutes on CPU
     python scripts/feature_space.py --dataset yahoo10k    # yahoo10k (20 epochs, about an hour on CPU)
@@ -61,10 +61,10 @@ def encoder_features(model: SeqVAE, texts: list[list[str]], batch_size: int = 25
     return torch.cat(out)
 
 
-def scatter(ax, h: torch.Tensor, title: str, max_points: int) -> None:
+def scatter(ax, h: torch.Tensor, title: str, max_points: int, lim: float) -> None:
     pts = h[torch.randperm(len(h), generator=torch.Generator().manual_seed(0))[:max_points]] if len(h) > max_points else h
     ax.scatter(pts[:, 0], pts[:, 1], pts[:, 2], s=4, alpha=0.5)
-    ax.set(title=title, xlabel="h1", ylabel="h2", zlabel="h3")
+    ax.set(title=title, xlabel="h1", ylabel="h2", zlabel="h3", xlim=(-lim, lim), ylim=(-lim, lim), zlim=(-lim, lim))
     ax.title.set_fontsize("small")
 
 
@@ -112,18 +112,22 @@ def main(argv: list[str] | None = None) -> int:
         h = encoder_features(model, validation_texts(cell.run_dir))
         cos = float(mean_pairwise_cosine(h))
         title = f"{VARIANTS[cell.variant][1]}\nmean pairwise cosine {cos:.3f} ({len(h)} validation texts)"
-        panels.append((cell.variant, h, title))
-        fig = Figure(figsize=(5, 5))
-        scatter(fig.add_subplot(projection="3d"), h, title, args.max_points)
-        fig.tight_layout()
-        png = args.out / f"{args.dataset}_{cell.variant}.png"
+        panels.append((cell.variant, h, title, cos))
+    # One scale for every panel, centred on the origin (where cosines are measured from), so a
+    # concentrated feature space looks concentrated next to a dispersed one.
+    lim = 1.05 * max((float(h.abs().max()) for _, h, _, _ in panels), default=1.0) or 1.0
+    for variant, h, title, cos in panels:
+        fig = Figure(figsize=(5, 5.4))
+        scatter(fig.add_subplot(projection="3d"), h, title, args.max_points, lim)
+        fig.subplots_adjust(left=0.02, right=0.92, bottom=0.03, top=0.9)
+        png = args.out / f"{args.dataset}_{variant}.png"
         fig.savefig(png, dpi=100)
-        print(f"{cell.variant}: mean pairwise cosine {cos:.4f} over {len(h)} texts -> {png}")
+        print(f"{variant}: mean pairwise cosine {cos:.4f} over {len(h)} texts -> {png}")
     if len(panels) > 1:
-        fig = Figure(figsize=(5 * len(panels), 5))
-        for i, (_, h, title) in enumerate(panels):
-            scatter(fig.add_subplot(1, len(panels), i + 1, projection="3d"), h, title, args.max_points)
-        fig.tight_layout()
+        fig = Figure(figsize=(5 * len(panels), 5.4))
+        for i, (_, h, title, _) in enumerate(panels):
+            scatter(fig.add_subplot(1, len(panels), i + 1, projection="3d"), h, title, args.max_points, lim)
+        fig.subplots_adjust(left=0.01, right=0.97, bottom=0.03, top=0.9, wspace=0.08)
         fig.savefig(args.out / f"{args.dataset}.png", dpi=100)
         print(f"all: {args.out / f'{args.dataset}.png'}")
     return 1 if failed else 0
