@@ -1,4 +1,4 @@
-"""`seqvae` command line: LightningCLI (fit/validate/test/predict) plus `seqvae download`.
+"""`seqvae` command line: LightningCLI (fit/validate/test/predict) plus `seqvae download`, `compare` and `sweep`.
 
 A run directory is the contract: `<save_dir>/<name>/<version>/` holds `config.yaml`,
 `hparams.yaml`, `vocab.json`, TensorBoard events, `checkpoints/{best,last}.ckpt` and
@@ -168,6 +168,10 @@ def main(argv: list[str] | None = None) -> None:
         from .compare import main as compare_main
 
         sys.exit(compare_main(words[1:]))
+    if words[:1] == ["sweep"]:
+        from .sweep import main as sweep_main
+
+        sys.exit(sweep_main(words[1:]))
     try:
         SeqVAECLI(args=argv)
     except (CorpusError, ArgumentError, ConfigError, NonFiniteError) as err:

@@ -40,7 +40,11 @@ METRICS = [
     ("decoder_updates", "dec updates", "decoder_updates", 0),
     ("train_minutes", "train minutes", "fit_seconds", 1),
 ]
-IGNORED = ("seed_everything", "data.seed", "trainer.logger", "checkpoint", "ckpt_path", "trainer.default_root_dir")
+# model.init_encoder_from names the stage-1 run of the same seed (freebits after autoencoder).
+IGNORED = (
+    "seed_everything", "data.seed", "trainer.logger", "checkpoint", "ckpt_path", "trainer.default_root_dir",
+    "model.init_encoder_from",
+)  # fmt: skip
 KEPT = ("checkpoint.monitor",)
 MISSING = "–"
 

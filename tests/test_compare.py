@@ -128,6 +128,16 @@ def test_json_groups_by_seed_with_exact_stats(runs, capsys):
     assert last["decoder_updates"] == {"mean": None, "std": None}
 
 
+def test_encoder_init_path_of_each_seed_does_not_split_the_group(tmp_path, capsys):
+    for seed in (1, 2):
+        ckpt = f"runs/yahoo10k/autoencoder/seed{seed}/checkpoints/best.ckpt"
+        make_run(tmp_path, "freebits", seed, metrics(100.0 + seed, 60.0), pooling="last", init_encoder_from=ckpt)
+    rc, out, _ = run_compare(capsys, f"{tmp_path}/yahoo/*/seed*", "--format", "json")
+    assert rc == 0
+    (row,) = json.loads(out)
+    assert row["n"] == 2 and row["iw_nll"]["mean"] == 101.5
+
+
 def test_single_run_has_no_std(runs, capsys):
     rc, out, _ = run_compare(capsys, runs / "yahoo" / "max" / "seed2", "--format", "json")
     assert rc == 0

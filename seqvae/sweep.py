@@ -1,0 +1,446 @@
+"""`seqvae sweep GRID.yaml`: a grid of variants × seeds, each cell one `seqvae fit`, run one after another.
+
+    seqvae sweep configs/sweeps/demo.yaml [--dry-run] [--compare] [--format markdown|csv|json] [--plots DIR]
+
+The grid file (see configs/sweeps/):
+
+    root: runs/sweeps/demo               # cell run directories: <root>/<variant>/seed<N>/
+    configs: [configs/demo.yaml]         # base config files, for every cell
+    overrides: {trainer.max_epochs: 3}   # optional dotted overrides, for every cell
+    seeds: [1, 2]                        # seed_everything of each cell
+    variants:                            # one row of the grid each
+      - name: last                       # its directory name
+        configs: []                      # optional extra config files, after the base ones
+        overrides: {model.pooling: last} # optional; win over the common overrides
+        needs: []                        # optional: variants whose cell of the same seed must finish first
+
+Override values may use `${seed}`, `${variant}` and `${root}`. Cells run seed by seed, in the order
+of `variants` (seed 1 of every variant, then seed 2, …), each as its own subprocess, so a crash
+stops only that cell. Rerunning the same command skips cells with metrics.json, resumes cells with
+checkpoints/last.ckpt from it, and starts the others (the leftovers of a start that failed before
+its first checkpoint move to `<root>/<variant>/failed-seed<N>`). Each cell's output goes to
+`sweep.log` in its run directory; finished cells get a curves.csv (validation curves from the event
+files) for `seqvae compare --plots`. At the end the compare table of the finished cells is printed.
+Exit status: 0 when every cell finished, 1 when one failed or was blocked, 2 for a bad grid file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import csv
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+GRID_KEYS = ("root", "configs", "overrides", "seeds", "variants")
+VARIANT_KEYS = ("name", "configs", "overrides", "needs")
+RESERVED = ("seed_everything", "trainer.logger", "ckpt_path", "config")  # set by the sweep itself
+VARIABLES = ("seed", "variant", "root")
+INTERPOLATION = re.compile(r"\$\{([^}]*)\}")
+NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]*")
+POLL_SECONDS = 2.0
+TAIL_LINES = 20
+
+
+class GridError(Exception):
+    """A bad grid file; the message is one line naming the file and the key."""
+
+
+@dataclass
+class Cell:
+    index: int  # 1-based position in the grid
+    total: int
+    variant: str
+    seed: int
+    run_dir: Path
+    args: list[str]  # `seqvae fit` arguments, without --ckpt_path
+    needs: list[Path] = field(default_factory=list)  # run directories that must have finished first
+
+    @property
+    def name(self) -> str:
+        return f"{self.variant}/seed{self.seed}"
+
+    @property
+    def tag(self) -> str:
+        return f"[{self.index}/{self.total}] {self.name}"
+
+    @property
+    def last_ckpt(self) -> Path:
+        return self.run_dir / "checkpoints" / "last.ckpt"
+
+    def state(self) -> str:
+        if (self.run_dir / "metrics.json").is_file():
+            return "finished"
+        if self.last_ckpt.is_file():
+            return "interrupted"
+        return "new"
+
+    def fit_args(self) -> list[str]:
+        return [*self.args, "--ckpt_path", str(self.last_ckpt)] if self.state() == "interrupted" else list(self.args)
+
+
+# ------------------------------------------------------------------------------------- grid file
+def cli_value(value) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None:
+        return "null"
+    if isinstance(value, (dict, list)):
+        return json.dumps(value)
+    return str(value)
+
+
+def interpolate(value, variables: dict[str, str], where: str):
+    if isinstance(value, str):
+
+        def sub(m):
+            if m.group(1) not in variables:
+                known = ", ".join("${" + v + "}" for v in VARIABLES)
+                raise GridError(f"{where}: unknown interpolation ${{{m.group(1)}}} (known: {known})")
+            return variables[m.group(1)]
+
+        return INTERPOLATION.sub(sub, value)
+    if isinstance(value, list):
+        return [interpolate(v, variables, f"{where}[{i}]") for i, v in enumerate(value)]
+    if isinstance(value, dict):
+        return {k: interpolate(v, variables, f"{where}.{k}") for k, v in value.items()}
+    return value
+
+
+def _config_list(value, where: str) -> list[str]:
+    if value is None:
+        return []
+    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+        raise GridError(f"{where}: expected a list of config file paths")
+    for i, p in enumerate(value):
+        if not Path(p).is_file():
+            raise GridError(f"{where}[{i}]: no such file {p}")
+    return list(value)
+
+
+def _overrides(value, where: str) -> dict:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise GridError(f"{where}: expected a mapping of dotted keys to values (model.pooling: max)")
+    for key in value:
+        if not isinstance(key, str) or not re.fullmatch(r"[A-Za-z_][\w]*(\.[A-Za-z_0-9][\w]*)*", key):
+            raise GridError(f"{where}.{key}: not a dotted config key")
+        if any(key == r or key.startswith(r + ".") for r in RESERVED):
+            raise GridError(f"{where}.{key}: set by the sweep (seeds, root and the variant name); remove it")
+    return dict(value)
+
+
+def load_grid(path: str | Path) -> list[Cell]:
+    """Parses and checks a grid file; raises GridError with one line naming the file and the key."""
+    path = Path(path)
+    try:
+        grid = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as err:
+        raise GridError(f"{path}: cannot read: {err.strerror}") from None
+    except yaml.YAMLError as err:
+        raise GridError(f"{path}: not valid YAML: {' '.join(str(err).split())}") from None
+    return grid_cells(grid, str(path))
+
+
+def grid_cells(grid, source: str) -> list[Cell]:
+    """The cells of a parsed grid (a dict, as in a grid file); errors name `source` and the key."""
+    try:
+        return _cells(grid)
+    except GridError as err:
+        raise GridError(f"{source}: {err}") from None
+
+
+def _cells(grid) -> list[Cell]:
+    if not isinstance(grid, dict):
+        raise GridError(f"expected a mapping with keys {', '.join(GRID_KEYS)}")
+    for key in grid:
+        if key not in GRID_KEYS:
+            raise GridError(f"{key}: unknown key (expected {', '.join(GRID_KEYS)})")
+    for key in ("root", "configs", "seeds", "variants"):
+        if key not in grid or grid[key] in (None, [], ""):
+            raise GridError(f"{key}: missing")
+    root = grid["root"]
+    if not isinstance(root, str):
+        raise GridError("root: expected a directory path")
+    configs = _config_list(grid["configs"], "configs")
+    common = _overrides(grid.get("overrides"), "overrides")
+    seeds = grid["seeds"]
+    if not isinstance(seeds, list) or not all(isinstance(s, int) and not isinstance(s, bool) for s in seeds):
+        raise GridError("seeds: expected a list of integers")
+    if len(set(seeds)) < len(seeds):
+        raise GridError("seeds: repeated seed")
+    if not isinstance(grid["variants"], list):
+        raise GridError("variants: expected a list of {name, configs, overrides, needs}")
+    variants = []
+    for i, v in enumerate(grid["variants"]):
+        where = f"variants[{i}]"
+        if not isinstance(v, dict):
+            raise GridError(f"{where}: expected a mapping with keys {', '.join(VARIANT_KEYS)}")
+        for key in v:
+            if key not in VARIANT_KEYS:
+                raise GridError(f"{where}.{key}: unknown key (expected {', '.join(VARIANT_KEYS)})")
+        name = v.get("name")
+        if not isinstance(name, str) or not NAME.fullmatch(name):
+            raise GridError(f"{where}.name: missing or not a directory name (letters, digits, _ . + -)")
+        if name in [w["name"] for w in variants]:
+            raise GridError(f"{where}.name: repeated variant {name}")
+        needs = v.get("needs") or []
+        if not isinstance(needs, list) or not all(isinstance(n, str) for n in needs):
+            raise GridError(f"{where}.needs: expected a list of variant names")
+        for n in needs:
+            if n not in [w["name"] for w in variants]:
+                raise GridError(f"{where}.needs: {n} is not a variant listed before {name}")
+        extra = _config_list(v.get("configs"), f"{where}.configs")
+        overrides = {**common, **_overrides(v.get("overrides"), f"{where}.overrides")}
+        where_of = {k: (f"{where}.overrides.{k}" if k in (v.get("overrides") or {}) else f"overrides.{k}") for k in overrides}
+        variants.append({"name": name, "configs": configs + extra, "overrides": overrides, "where": where_of, "needs": needs})
+    total = len(seeds) * len(variants)
+    cells = []
+    for seed in seeds:
+        for v in variants:
+            variables = {"seed": str(seed), "variant": v["name"], "root": root}
+            args = [word for c in v["configs"] for word in ("--config", c)]
+            args += ["--seed_everything", str(seed)]
+            for key, value in v["overrides"].items():
+                args += [f"--{key}", cli_value(interpolate(value, variables, v["where"][key]))]
+            args += [
+                "--trainer.logger.init_args.save_dir", root,
+                "--trainer.logger.init_args.name", v["name"],
+                "--trainer.logger.init_args.version", f"seed{seed}",
+            ]  # fmt: skip
+            needs = [Path(root) / n / f"seed{seed}" for n in v["needs"]]
+            cells.append(Cell(len(cells) + 1, total, v["name"], seed, Path(root) / v["name"] / f"seed{seed}", args, needs))
+    return cells
+
+
+# ------------------------------------------------------------------------------------- running
+def clock(seconds: float) -> str:
+    s = int(round(seconds))
+    return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}" if s >= 3600 else f"{s // 60}:{s % 60:02d}"
+
+
+def say(text: str) -> None:
+    print(f"seqvae sweep: {text}", file=sys.stderr, flush=True)
+
+
+def command_line(cell: Cell) -> str:
+    return "seqvae fit " + shlex.join(cell.fit_args())
+
+
+def fit_command(args: list[str]) -> list[str]:
+    # The interpreter running the sweep, so the cells see the same environment and package.
+    return [sys.executable, "-c", "from seqvae.cli import main; main()", "fit", *args]
+
+
+def move_aside(cell: Cell) -> Path:
+    n, target = 1, cell.run_dir.with_name(f"failed-seed{cell.seed}")
+    while target.exists():
+        n += 1
+        target = cell.run_dir.with_name(f"failed-seed{cell.seed}-{n}")
+    cell.run_dir.rename(target)
+    return target
+
+
+def checkpoint_epoch(path: Path) -> int | None:
+    """Epochs finished when `last.ckpt` was saved (None while it is being written)."""
+    try:
+        import torch
+
+        return int(torch.load(path, map_location="cpu", weights_only=False, mmap=True)["epoch"]) + 1
+    except Exception:  # noqa: BLE001 - a half-written file; the next poll reads it
+        return None
+
+
+def max_epochs(run_dir: Path) -> int | None:
+    try:
+        return (yaml.safe_load((run_dir / "config.yaml").read_text()) or {}).get("trainer", {}).get("max_epochs")
+    except (OSError, yaml.YAMLError, AttributeError):
+        return None
+
+
+def run_cell(cell: Cell) -> tuple[int, list[str]]:
+    """Runs one `seqvae fit`; its output goes to sweep.log. Returns (exit status, stderr tail)."""
+    cell.run_dir.mkdir(parents=True, exist_ok=True)
+    args = cell.fit_args()
+    tail: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    start = time.monotonic()
+    with open(cell.run_dir / "sweep.log", "a", encoding="utf-8") as log:
+        log.write(f"# {time.strftime('%Y-%m-%d %H:%M:%S')} {command_line(cell)}\n")
+        log.flush()
+        proc = subprocess.Popen(
+            fit_command(args), stdout=log, stderr=subprocess.PIPE, env=env, encoding="utf-8", errors="replace"
+        )
+
+        def read_stderr():
+            for line in proc.stderr:
+                log.write(line)
+                log.flush()
+                tail.append(line.rstrip("\n"))
+
+        reader = threading.Thread(target=read_stderr, daemon=True)
+        reader.start()
+        seen = cell.last_ckpt.stat().st_mtime if cell.last_ckpt.exists() else None
+        try:
+            while True:
+                try:
+                    proc.wait(timeout=POLL_SECONDS)
+                    break
+                except subprocess.TimeoutExpired:
+                    pass
+                mtime = cell.last_ckpt.stat().st_mtime if cell.last_ckpt.exists() else None
+                if mtime is not None and mtime != seen:
+                    epoch = checkpoint_epoch(cell.last_ckpt)
+                    if epoch is not None:
+                        seen = mtime
+                        of = max_epochs(cell.run_dir)
+                        say(f"{cell.tag}: epoch {epoch}{f'/{of}' if of else ''} saved, {clock(time.monotonic() - start)} elapsed")
+        except KeyboardInterrupt:
+            proc.wait()  # the fit got the same SIGINT; Lightning stops it cleanly
+            raise
+        finally:
+            reader.join(timeout=10)
+    return proc.returncode, list(tail)
+
+
+def write_curves(run_dir: Path) -> None:
+    """curves.csv (validation curves per epoch, the format of scripts/export_run.py) from the event
+    files, for `seqvae compare --plots`; kept when it is newer than metrics.json."""
+    out = run_dir / "curves.csv"
+    if out.exists() and out.stat().st_mtime >= (run_dir / "metrics.json").stat().st_mtime:
+        return
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    scalars: dict[str, dict[int, float]] = {}
+    for events in sorted(run_dir.glob("events.out.tfevents.*")):
+        acc = EventAccumulator(str(events), size_guidance={"scalars": 0})
+        acc.Reload()
+        for tag in acc.Tags()["scalars"]:
+            scalars.setdefault(tag, {}).update({e.step: e.value for e in acc.Scalars(tag)})
+    val_tags = sorted(t for t in scalars if t.startswith("val/"))
+    extra = [t for t in ("train/lr", "train/wall_seconds", "epoch") if t in scalars]
+    tmp = out.with_name(".tmp-curves.csv")
+    with open(tmp, "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["step", *extra, *val_tags])
+        for step in sorted(scalars.get("val/loss", {})):
+            writer.writerow([step, *(scalars[t].get(step, "") for t in extra + val_tags)])
+    os.replace(tmp, out)
+
+
+def run_grid(cells: list[Cell]) -> list[Cell]:
+    """Runs the cells that have not finished, in order. Returns the cells that failed or were blocked."""
+    start = time.monotonic()
+    durations: list[float] = []
+    failed: list[Cell] = []
+    counts = collections.Counter()
+    for cell in cells:
+        state = cell.state()
+        if state == "finished":
+            say(f"{cell.tag}: finished ({cell.run_dir / 'metrics.json'}), skipped")
+            counts["skipped"] += 1
+        else:
+            blocked = [str(n) for n in cell.needs if not (n / "metrics.json").is_file()]
+            if blocked:
+                say(f"{cell.tag}: blocked: needs {', '.join(blocked)} finished first")
+                counts["blocked"] += 1
+                failed.append(cell)
+            else:
+                if state == "interrupted":
+                    say(f"{cell.tag}: resuming from {cell.last_ckpt}")
+                else:
+                    if cell.run_dir.exists() and any(cell.run_dir.iterdir()):
+                        say(f"{cell.tag}: moved the leftovers of a failed start to {move_aside(cell)}")
+                    say(f"{cell.tag}: starting in {cell.run_dir}")
+                t0 = time.monotonic()
+                code, tail = run_cell(cell)
+                took = time.monotonic() - t0
+                if code == 0 and cell.state() == "finished":
+                    durations.append(took)
+                    counts["ran"] += 1
+                    try:
+                        write_curves(cell.run_dir)
+                    except Exception as err:  # noqa: BLE001 - the table does not need the curves
+                        say(f"{cell.tag}: no curves.csv ({' '.join(str(err).split())})")
+                    say(f"{cell.tag}: done in {clock(took)}")
+                else:
+                    counts["failed"] += 1
+                    failed.append(cell)
+                    why = f"exit {code}" if code else "no metrics.json"
+                    say(f"{cell.tag}: FAILED ({why}) after {clock(took)}; log {cell.run_dir / 'sweep.log'}; stderr tail:")
+                    for line in tail:
+                        print(f"    {line}", file=sys.stderr)
+        todo = [c for c in cells[cell.index :] if c.state() != "finished"]
+        eta = "ETA 0:00" if not todo else f"ETA {clock(sum(durations) / len(durations) * len(todo))}" if durations else "ETA ?"
+        say(f"grid {cell.index}/{len(cells)}, {clock(time.monotonic() - start)} elapsed, {eta} ({len(todo)} cells to run)")
+    summary = ", ".join(f"{n} {k}" for k, n in counts.items())
+    say(f"{len(cells)} cells ({summary}) in {clock(time.monotonic() - start)}")
+    if failed:
+        say(f"not finished: {', '.join(c.name for c in failed)}")
+    return failed
+
+
+def dry_run(cells: list[Cell]) -> None:
+    for cell in cells:
+        state = cell.state()
+        if state == "finished":
+            print(f"# {cell.tag}: finished, skip ({cell.run_dir / 'metrics.json'})")
+            continue
+        action = "resume" if state == "interrupted" else "start"
+        if state == "new" and cell.run_dir.exists() and any(cell.run_dir.iterdir()):
+            action += " (after moving the leftovers of a failed start aside)"
+        print(f"# {cell.tag}: {action}")
+        print(command_line(cell))
+
+
+def compare_cells(cells: list[Cell], fmt: str, plots: Path | None) -> int:
+    from .compare import main as compare_main
+
+    done = [str(c.run_dir) for c in cells if c.state() == "finished"]
+    if not done:
+        say("no finished cells to compare")
+        return 1
+    sys.stdout.flush()
+    return compare_main([*done, "--format", fmt, *(["--plots", str(plots)] if plots else [])])
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="seqvae sweep", description="Runs a grid of variants × seeds resumably, then compares.")
+    parser.add_argument("grid", metavar="GRID.yaml", help="the grid file (see configs/sweeps/)")
+    parser.add_argument("--dry-run", action="store_true", help="print what each cell would do and its command; run nothing")
+    parser.add_argument("--compare", action="store_true", help="run nothing; print the compare table of the finished cells")
+    parser.add_argument("--format", choices=["markdown", "csv", "json"], default="markdown", help="of the compare table")
+    parser.add_argument("--plots", type=Path, metavar="DIR", help="also write the compare plots (validation curves) into DIR")
+    args = parser.parse_args(argv)
+    try:
+        cells = load_grid(args.grid)
+    except GridError as err:
+        print(f"seqvae sweep: error: {err}", file=sys.stderr)
+        return 2
+    if args.dry_run:
+        dry_run(cells)
+        return 0
+    if args.compare:
+        return compare_cells(cells, args.format, args.plots)
+    try:
+        failed = run_grid(cells)
+    except KeyboardInterrupt:
+        say("interrupted; rerun the same command to resume")
+        return 130
+    code = compare_cells(cells, args.format, args.plots)
+    return 1 if failed or code else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

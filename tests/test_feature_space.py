@@ -1,0 +1,64 @@
+"""scripts/feature_space.py (the paper's Figure 2) on a tiny corpus, one epoch per model."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from test_model import write_corpus
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def load_script():
+    spec = importlib.util.spec_from_file_location("feature_space", REPO / "scripts" / "feature_space.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_feature_space_trains_then_loads(tmp_path, monkeypatch, capsys):
+    pytest.importorskip("matplotlib")
+    monkeypatch.chdir(REPO)
+    for name, seed in (("train", 0), ("valid", 1), ("test", 2)):
+        write_corpus(tmp_path / f"{name}.txt", 60, seed)
+    tiny = {
+        "data": {"train": str(tmp_path / "train.txt"), "val": str(tmp_path / "valid.txt"), "test": str(tmp_path / "test.txt")},
+        "model": {"embed_dim": 8},
+        "trainer": {"enable_model_summary": False},
+    }
+    (tmp_path / "tiny.yaml").write_text(yaml.safe_dump(tiny))
+    script = load_script()
+    argv = ["--config", str(tmp_path / "tiny.yaml"), "--epochs", "1"]
+    argv += ["--root", str(tmp_path / "runs"), "--out", str(tmp_path / "fig")]
+    assert script.main(argv) == 0
+    out, err = capsys.readouterr()
+    for variant in ("last", "cosine", "max"):
+        assert (tmp_path / "fig" / f"demo_{variant}.png").stat().st_size > 1000
+        assert f"{variant}: mean pairwise cosine " in out and "over 60 texts" in out
+        config = yaml.safe_load((tmp_path / "runs" / variant / "seed1" / "config.yaml").read_text())
+        assert config["model"]["hidden_dim"] == 3 and config["model"]["latent_dim"] == 3
+    assert (tmp_path / "fig" / "demo.png").is_file()
+    assert "seqvae.CosineDispersion" in (tmp_path / "runs" / "cosine" / "seed1" / "config.yaml").read_text()
+    # a second call loads the trained models instead of training them again
+    assert script.main(argv) == 0
+    out, err = capsys.readouterr()
+    assert err.count("), skipped\n") == 3 and "starting" not in err
+
+
+def test_features_are_the_pooled_encoder_states(tmp_path):
+    from seqvae import SeqVAE
+    from seqvae.data import TextDataModule
+
+    write_corpus(tmp_path / "train.txt", 30, 0)
+    dm = TextDataModule(str(tmp_path / "train.txt"))
+    model = SeqVAE(dm.vocab_size, embed_dim=8, hidden_dim=3, latent_dim=3, pooling="max")
+    model.vocab = dm.vocab
+    texts = dm.corpora["train"].texts
+    h = load_script().encoder_features(model, texts, batch_size=7)
+    assert h.shape == (30, 3)
+    mu, _ = model.encode([" ".join(t) for t in texts])
+    torch.testing.assert_close(model.encoder.to_posterior(h).chunk(2, dim=-1)[0], mu)

@@ -1,0 +1,268 @@
+"""`seqvae sweep`: grid files and their error lines, dry-run command lines, and real tiny grids
+(a failing cell does not stop the others; a rerun skips finished cells and resumes interrupted ones)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from test_model import write_corpus
+
+from seqvae import sweep
+
+REPO = Path(__file__).resolve().parents[1]
+DEMO = "configs/demo.yaml"
+
+
+def write_grid(path: Path, grid) -> Path:
+    path.write_text(grid if isinstance(grid, str) else yaml.safe_dump(grid, sort_keys=False))
+    return path
+
+
+def grid(**changes) -> dict:
+    g = {
+        "root": "runs/g",
+        "configs": [DEMO],
+        "overrides": {"trainer.max_epochs": 2},
+        "seeds": [1, 2],
+        "variants": [
+            {"name": "last", "overrides": {"model.pooling": "last"}},
+            {"name": "max", "overrides": {"model.pooling": "max"}},
+        ],
+    }
+    g.update(changes)
+    return g
+
+
+@pytest.fixture
+def in_repo(monkeypatch):
+    monkeypatch.chdir(REPO)
+
+
+# ------------------------------------------------------------------------------------- grid files
+def test_shipped_demo_grid(in_repo):
+    cells = sweep.load_grid("configs/sweeps/demo.yaml")
+    assert [c.name for c in cells] == ["last/seed1", "max/seed1", "last/seed2", "max/seed2"]
+    assert all(c.run_dir == Path("runs/sweeps/demo") / c.variant / f"seed{c.seed}" for c in cells)
+
+
+def test_shipped_yahoo10k_grid_matches_the_script(in_repo):
+    cells = sweep.load_grid("configs/sweeps/yahoo10k.yaml")
+    methods = sorted(p.stem for p in Path("configs/yahoo10k").glob("*.yaml") if p.stem != "base")
+    assert sorted({c.variant for c in cells}) == methods
+    assert len(cells) == 3 * len(methods) and {c.seed for c in cells} == {1, 2, 3}
+    for c in cells:
+        assert c.args[:4] == ["--config", "configs/yahoo10k/base.yaml", "--config", f"configs/yahoo10k/{c.variant}.yaml"]
+        assert c.args[4:10] == ["--seed_everything", str(c.seed), "--trainer.max_epochs", "20", "--model.test_iw_samples", "100"]
+        assert c.run_dir == Path("runs/yahoo10k") / c.variant / f"seed{c.seed}"  # where scripts/run_yahoo10k.sh puts it
+    order = [c.name for c in cells]
+    for seed in (1, 2, 3):
+        assert order.index(f"autoencoder/seed{seed}") < order.index(f"freebits/seed{seed}")
+        fb = next(c for c in cells if c.name == f"freebits/seed{seed}")
+        i = fb.args.index("--model.init_encoder_from")
+        assert fb.args[i + 1] == f"runs/yahoo10k/autoencoder/seed{seed}/checkpoints/best.ckpt"
+        assert fb.needs == [Path(f"runs/yahoo10k/autoencoder/seed{seed}")]
+
+
+def test_values_and_precedence(in_repo, tmp_path):
+    g = grid(seeds=[3], overrides={"trainer.max_epochs": 2, "model.skip": True, "model.bn_gamma": None, "data.seed": "${seed}"})
+    g["variants"] = [
+        {
+            "name": "v",
+            "configs": ["configs/yahoo10k/cosine.yaml"],
+            "overrides": {
+                "trainer.max_epochs": 4,
+                "model.regularizers": [{"class_path": "seqvae.CosineDispersion"}],
+                "model.lr": 0.5,
+            },
+        }
+    ]
+    (cell,) = sweep.load_grid(write_grid(tmp_path / "g.yaml", g))
+    assert cell.args == [
+        "--config", DEMO, "--config", "configs/yahoo10k/cosine.yaml", "--seed_everything", "3",
+        "--trainer.max_epochs", "4", "--model.skip", "true", "--model.bn_gamma", "null", "--data.seed", "3",
+        "--model.regularizers", '[{"class_path": "seqvae.CosineDispersion"}]', "--model.lr", "0.5",
+        "--trainer.logger.init_args.save_dir", "runs/g", "--trainer.logger.init_args.name", "v",
+        "--trainer.logger.init_args.version", "seed3",
+    ]  # fmt: skip
+
+
+BAD_GRIDS = [
+    (grid(extra=1), "extra: unknown key (expected root, configs, overrides, seeds, variants)"),
+    ({k: v for k, v in grid().items() if k != "seeds"}, "seeds: missing"),
+    (grid(seeds=[1, "two"]), "seeds: expected a list of integers"),
+    (grid(seeds=[1, 1]), "seeds: repeated seed"),
+    (grid(configs=["configs/nope.yaml"]), "configs[0]: no such file configs/nope.yaml"),
+    (grid(configs=DEMO), "configs: expected a list of config file paths"),
+    (grid(overrides=["trainer.max_epochs=2"]), "overrides: expected a mapping of dotted keys to values (model.pooling: max)"),
+    (
+        grid(overrides={"seed_everything": 3}),
+        "overrides.seed_everything: set by the sweep (seeds, root and the variant name); remove it",
+    ),
+    (
+        grid(variants=[{"name": "a", "overrides": {"trainer.logger.init_args.name": "b"}}]),
+        "variants[0].overrides.trainer.logger.init_args.name: set by the sweep (seeds, root and the variant name); remove it",
+    ),
+    (
+        grid(variants=[{"name": "a", "pooling": "max"}]),
+        "variants[0].pooling: unknown key (expected name, configs, overrides, needs)",
+    ),
+    (grid(variants=[{"overrides": {}}]), "variants[0].name: missing or not a directory name (letters, digits, _ . + -)"),
+    (grid(variants=[{"name": "a/b"}]), "variants[0].name: missing or not a directory name (letters, digits, _ . + -)"),
+    (grid(variants=[{"name": "a"}, {"name": "a"}]), "variants[1].name: repeated variant a"),
+    (grid(variants=[{"name": "a", "configs": ["nope.yaml"]}]), "variants[0].configs[0]: no such file nope.yaml"),
+    (grid(variants=[{"name": "a", "needs": ["b"]}, {"name": "b"}]), "variants[0].needs: b is not a variant listed before a"),
+    (
+        grid(variants=[{"name": "a", "overrides": {"model.init_encoder_from": "x/${sed}/best.ckpt"}}]),
+        "variants[0].overrides.model.init_encoder_from: unknown interpolation ${sed} (known: ${seed}, ${variant}, ${root})",
+    ),
+    (grid(variants=[]), "variants: missing"),
+    ("- just\n- a list\n", "expected a mapping with keys root, configs, overrides, seeds, variants"),
+]
+
+
+@pytest.mark.parametrize("content, message", BAD_GRIDS, ids=[m.split(":")[0] for _, m in BAD_GRIDS])
+def test_grid_errors_are_one_line_naming_file_and_key(in_repo, tmp_path, capsys, content, message):
+    path = write_grid(tmp_path / "grid.yaml", content)
+    assert sweep.main([str(path)]) == 2
+    assert capsys.readouterr().err == f"seqvae sweep: error: {path}: {message}\n"
+
+
+def test_unreadable_and_invalid_yaml(in_repo, tmp_path, capsys):
+    assert sweep.main([str(tmp_path / "none.yaml")]) == 2
+    assert capsys.readouterr().err == f"seqvae sweep: error: {tmp_path / 'none.yaml'}: cannot read: No such file or directory\n"
+    path = write_grid(tmp_path / "bad.yaml", "root: [unclosed\n")
+    assert sweep.main([str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"seqvae sweep: error: {path}: not valid YAML: ") and err.count("\n") == 1
+
+
+def test_dry_run_command_lines(in_repo, tmp_path, capsys):
+    root = tmp_path / "runs"
+    g = grid(root=str(root), seeds=[7], overrides={"trainer.max_epochs": 2, "model.test_iw_samples": 10})
+    g["variants"].append({"name": "cos", "configs": ["configs/yahoo10k/cosine.yaml"]})
+    path = write_grid(tmp_path / "grid.yaml", g)
+    (root / "max" / "seed7" / "checkpoints").mkdir(parents=True)
+    (root / "max" / "seed7" / "checkpoints" / "last.ckpt").write_bytes(b"")
+    (root / "cos" / "seed7").mkdir(parents=True)
+    (root / "cos" / "seed7" / "metrics.json").write_text("{}")
+    assert sweep.main([str(path), "--dry-run"]) == 0
+    common = "--seed_everything 7 --trainer.max_epochs 2 --model.test_iw_samples 10"
+    logger = f"--trainer.logger.init_args.save_dir {root} --trainer.logger.init_args.name"
+    assert capsys.readouterr().out.splitlines() == [
+        "# [1/3] last/seed7: start",
+        f"seqvae fit --config {DEMO} {common} --model.pooling last {logger} last --trainer.logger.init_args.version seed7",
+        "# [2/3] max/seed7: resume",
+        f"seqvae fit --config {DEMO} {common} --model.pooling max {logger} max --trainer.logger.init_args.version seed7"
+        f" --ckpt_path {root}/max/seed7/checkpoints/last.ckpt",
+        f"# [3/3] cos/seed7: finished, skip ({root}/cos/seed7/metrics.json)",
+    ]
+    assert not (root / "last").exists()  # nothing ran, nothing was created
+
+
+def test_leftovers_move_aside_and_failures_report_stderr(in_repo, tmp_path, capsys, monkeypatch):
+    """A start that failed before its first checkpoint leaves a directory the next start could not
+    reuse (config.yaml exists): it moves to failed-seed<N>. A fake fit keeps this fast."""
+    script = "import sys; print('some output'); print('boom: the error', file=sys.stderr); sys.exit(3)"
+    monkeypatch.setattr(sweep, "fit_command", lambda args: [sys.executable, "-c", script])
+    root = tmp_path / "runs"
+    path = write_grid(tmp_path / "grid.yaml", grid(root=str(root), seeds=[1], variants=[{"name": "a"}]))
+    (root / "a" / "seed1").mkdir(parents=True)
+    (root / "a" / "seed1" / "config.yaml").write_text("old: 1\n")
+    (root / "a" / "failed-seed1").mkdir()
+    assert sweep.main([str(path)]) == 1
+    err = capsys.readouterr().err
+    assert f"seqvae sweep: [1/1] a/seed1: moved the leftovers of a failed start to {root}/a/failed-seed1-2\n" in err
+    assert (root / "a" / "failed-seed1-2" / "config.yaml").read_text() == "old: 1\n"
+    assert "seqvae sweep: [1/1] a/seed1: FAILED (exit 3) after 0:00; log " in err
+    assert "\n    boom: the error\n" in err
+    log = (root / "a" / "seed1" / "sweep.log").read_text()
+    assert "some output" in log and "boom: the error" in log
+    assert "seqvae sweep: no finished cells to compare" in err
+
+
+# ------------------------------------------------------------------------------------- real runs
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    """A tiny corpus and a config on top of demo.yaml that trains one epoch in a few seconds."""
+    root = tmp_path_factory.mktemp("sweep")
+    for name, seed in (("train", 0), ("valid", 1), ("test", 2)):
+        write_corpus(root / f"{name}.txt", 60, seed)
+    config = {
+        "data": {
+            "train": str(root / "train.txt"),
+            "val": str(root / "valid.txt"),
+            "test": str(root / "test.txt"),
+            "batch_size": 16,
+        },
+        "model": {"embed_dim": 8, "hidden_dim": 12, "latent_dim": 4, "val_iw_samples": 0, "test_iw_samples": 3},
+        "trainer": {"max_epochs": 1, "enable_model_summary": False},
+    }
+    (root / "tiny.yaml").write_text(yaml.safe_dump(config))
+    return root
+
+
+def snapshot(run_dir: Path) -> dict:
+    return {
+        str(p.relative_to(run_dir)): (p.stat().st_mtime_ns, p.read_bytes()) for p in sorted(run_dir.rglob("*")) if p.is_file()
+    }
+
+
+def test_failing_cell_then_resume(in_repo, tiny, tmp_path, capsys):
+    root = tmp_path / "runs"
+    base = {"root": str(root), "configs": [DEMO, str(tiny / "tiny.yaml")], "seeds": [1, 2]}
+    variants = [
+        {"name": "ok", "overrides": {"model.pooling": "max"}},
+        {"name": "bad", "overrides": {"data.train": str(tiny / "missing.txt")}},
+        {"name": "dep", "needs": ["bad"]},
+    ]
+    first = write_grid(tmp_path / "first.yaml", {**base, "variants": variants})
+
+    # 1. The failing cells do not stop the others; the exit status says one failed.
+    assert sweep.main([str(first)]) == 1
+    out, err = capsys.readouterr()
+    for seed in (1, 2):
+        assert (root / "ok" / f"seed{seed}" / "metrics.json").is_file(), err
+        assert "val/loss" in (root / "ok" / f"seed{seed}" / "curves.csv").read_text().splitlines()[0]
+        assert not (root / "bad" / f"seed{seed}" / "metrics.json").exists()
+        assert not (root / "dep" / f"seed{seed}").exists()
+        assert f"seqvae sweep: [{3 * seed - 1}/6] bad/seed{seed}: FAILED (exit 2) after " in err
+        assert f"seqvae sweep: [{3 * seed}/6] dep/seed{seed}: blocked: needs {root}/bad/seed{seed} finished first\n" in err
+    assert f"    seqvae: error: data.train: {tiny / 'missing.txt'}" in err  # the stderr tail of the failed cell
+    assert "seqvae sweep: 6 cells (2 ran, 2 failed, 2 blocked) in " in err
+    assert "seqvae sweep: not finished: bad/seed1, dep/seed1, bad/seed2, dep/seed2\n" in err
+    assert "seqvae sweep: grid 1/6, " in err and "ETA" in err
+    assert "| run | n |" in out and "| ok | 2 |" in out  # the compare table of the finished cells
+
+    # The dry run now skips the finished cells; the failed ones start again in a clean directory.
+    assert sweep.main([str(first), "--dry-run"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == f"# [1/6] ok/seed1: finished, skip ({root}/ok/seed1/metrics.json)"
+    assert lines[1] == "# [2/6] bad/seed1: start (after moving the leftovers of a failed start aside)"
+
+    # 2. An interrupted cell (checkpoints, no metrics.json) resumes; a finished one is not touched.
+    before = snapshot(root / "ok" / "seed1")
+    (root / "ok" / "seed2" / "metrics.json").unlink()
+    second = write_grid(tmp_path / "second.yaml", {**base, "variants": variants[:1]})
+    plots = tmp_path / "plots"
+    assert sweep.main([str(second), "--plots", str(plots)]) == 0
+    out, err = capsys.readouterr()
+    assert f"seqvae sweep: [1/2] ok/seed1: finished ({root}/ok/seed1/metrics.json), skipped\n" in err
+    assert f"seqvae sweep: [2/2] ok/seed2: resuming from {root}/ok/seed2/checkpoints/last.ckpt\n" in err
+    assert "seqvae sweep: [2/2] ok/seed2: done in " in err
+    assert snapshot(root / "ok" / "seed1") == before
+    metrics = json.loads((root / "ok" / "seed2" / "metrics.json").read_text())
+    assert metrics["epochs"] == 1 and "test/iw_nll" in metrics
+    log = (root / "ok" / "seed2" / "sweep.log").read_text()
+    assert log.count("# ") >= 2 and f"--ckpt_path {root}/ok/seed2/checkpoints/last.ckpt" in log
+    assert "| ok | 2 |" in out
+    if importlib.util.find_spec("matplotlib") is not None:
+        assert (plots / "val_loss.png").is_file()
+
+    # 3. --compare only prints the table.
+    assert sweep.main([str(second), "--compare", "--format", "csv"]) == 0
+    assert capsys.readouterr().out.splitlines()[1].startswith("ok,2,")
