@@ -170,6 +170,31 @@ def render(groups: list[dict], fmt: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+def write_curves(run_dir: Path, out: Path) -> int:
+    """Writes curves.csv (step, train/lr, epoch and every val/ scalar, one row per validation)
+    from the run's TensorBoard event files (a resumed run has several); returns the row count."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    scalars: dict[str, dict[int, float]] = {}
+    for events in sorted(run_dir.glob("events.out.tfevents.*")):
+        acc = EventAccumulator(str(events), size_guidance={"scalars": 0})
+        acc.Reload()
+        for tag in acc.Tags()["scalars"]:
+            scalars.setdefault(tag, {}).update({e.step: e.value for e in acc.Scalars(tag)})
+    val_tags = sorted(t for t in scalars if t.startswith("val/"))
+    extra = [t for t in ("train/lr", "train/wall_seconds", "epoch") if t in scalars]
+    steps = sorted(scalars.get("val/loss", {}))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".tmp-{out.name}")
+    with open(tmp, "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["step", *extra, *val_tags])
+        for step in steps:
+            writer.writerow([step, *(scalars[t].get(step, "") for t in extra + val_tags)])
+    os.replace(tmp, out)
+    return len(steps)
+
+
 def read_curves(path: Path) -> dict[str, dict[float, float]]:
     """column -> {epoch: value} from curves.csv (x: the `epoch` column + 1, else the row number)."""
     with open(path, newline="") as f:

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import collections
-import csv
 import json
 import os
 import re
@@ -41,6 +40,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
+
+from . import compare
 
 GRID_KEYS = ("root", "configs", "overrides", "seeds", "variants")
 VARIANT_KEYS = ("name", "configs", "overrides", "needs")
@@ -315,28 +316,11 @@ def run_cell(cell: Cell) -> tuple[int, list[str]]:
 
 
 def write_curves(run_dir: Path) -> None:
-    """curves.csv (validation curves per epoch, the format of scripts/export_run.py) from the event
-    files, for `seqvae compare --plots`; kept when it is newer than metrics.json."""
+    """curves.csv for `seqvae compare --plots`; kept when it is newer than metrics.json."""
     out = run_dir / "curves.csv"
     if out.exists() and out.stat().st_mtime >= (run_dir / "metrics.json").stat().st_mtime:
         return
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
-    scalars: dict[str, dict[int, float]] = {}
-    for events in sorted(run_dir.glob("events.out.tfevents.*")):
-        acc = EventAccumulator(str(events), size_guidance={"scalars": 0})
-        acc.Reload()
-        for tag in acc.Tags()["scalars"]:
-            scalars.setdefault(tag, {}).update({e.step: e.value for e in acc.Scalars(tag)})
-    val_tags = sorted(t for t in scalars if t.startswith("val/"))
-    extra = [t for t in ("train/lr", "train/wall_seconds", "epoch") if t in scalars]
-    tmp = out.with_name(".tmp-curves.csv")
-    with open(tmp, "w", newline="") as f:
-        writer = csv.writer(f)
-        writer.writerow(["step", *extra, *val_tags])
-        for step in sorted(scalars.get("val/loss", {})):
-            writer.writerow([step, *(scalars[t].get(step, "") for t in extra + val_tags)])
-    os.replace(tmp, out)
+    compare.write_curves(run_dir, out)
 
 
 def run_grid(cells: list[Cell]) -> list[Cell]:
