@@ -45,14 +45,17 @@ class RunDirConfig(SaveConfigCallback):
     resuming = False  # set by the CLI before `fit --ckpt_path`
 
     def setup(self, trainer, pl_module, stage):
-        if self.resuming and trainer.log_dir and (Path(trainer.log_dir) / self.config_filename).exists():
+        # `trainer.log_dir` broadcasts under DDP: read it here, on every rank, not in
+        # save_config (rank 0 only), which would leave the other ranks waiting.
+        self._log_dir = trainer.log_dir
+        if self.resuming and self._log_dir and (Path(self._log_dir) / self.config_filename).exists():
             self.already_saved = True
         super().setup(trainer, pl_module, stage)
 
     def save_config(self, trainer, pl_module, stage):
         dm = trainer.datamodule
-        if trainer.log_dir and dm is not None and hasattr(dm, "vocab"):
-            path = Path(trainer.log_dir) / "vocab.json"
+        if self._log_dir and dm is not None and hasattr(dm, "vocab"):
+            path = Path(self._log_dir) / "vocab.json"
             if not path.exists():
                 dm.vocab.save(path)
 
@@ -138,12 +141,12 @@ class SeqVAECLI(LightningCLI):
         print(f"seqvae: wrote {len(lines)} reconstructions to {path}")
 
     def _write_metrics(self, extra: dict):
+        run_dir = Path(self.trainer.log_dir)  # a broadcast under DDP: on every rank
         if not self.trainer.is_global_zero:  # DDP: every rank has the same (reduced) metrics
             return
         metrics = {k: float(v) for k, v in self.trainer.callback_metrics.items() if k.startswith("test/")}
         metrics.update({"best_updates": self.model.num_updates, **extra})
         metrics["data"] = self.datamodule.summary()
-        run_dir = Path(self.trainer.log_dir)
         path = write_new_file(run_dir / "metrics.json", json.dumps(metrics, indent=2, sort_keys=True) + "\n")
         width = max(len(k) for k in metrics)
         print(f"seqvae: wrote {path}")

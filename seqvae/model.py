@@ -12,6 +12,7 @@ import math
 import os
 import random
 import time
+import warnings
 
 import numpy as np
 import pytorch_lightning as pl
@@ -23,6 +24,10 @@ from .losses import KLPenalty, Regularizer, StandardKL, gaussian_kl
 from .metrics import EvalMetrics, iw_nll, sample_posterior
 from .networks import LSTMDecoder, LSTMEncoder, Pooling
 from .schedules import KLSchedule, LinearKLWarmup
+
+# Evaluation values are logged after EvalMetrics has reduced its states over all ranks: they
+# are already the whole-set values on every rank, and Lightning's sync_dist would average them.
+warnings.filterwarnings("ignore", message=r".*when logging on epoch level in distributed setting")
 
 AGGRESSIVE_DDP = "model.aggressive: aggressive training is not supported under DDP (multi-process); train it on one device"
 
@@ -384,13 +389,18 @@ class SeqVAE(pl.LightningModule):
             # states that the next training batch would start from, for an exact resume. (The
             # evaluation generator is reseeded at every evaluation pass; the aggressive-training
             # RNG is in its state above.)
-            checkpoint["seqvae"]["rng"] = {
+            rng = {
                 "epoch": self.current_epoch,
                 "torch": torch.get_rng_state(),
                 "random": random.getstate(),
                 "numpy": _numpy_state(),
                 "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() and torch.cuda.is_initialized() else None,
             }
+            if self.trainer.world_size > 1:  # every rank's own states (their batches differ)
+                states = [None] * self.trainer.world_size
+                torch.distributed.all_gather_object(states, rng)
+                rng = {"epoch": rng["epoch"], "ranks": states}
+            checkpoint["seqvae"]["rng"] = rng
         if self.vocab is not None:
             checkpoint["vocab"] = self.vocab.to_str()
 
@@ -402,7 +412,11 @@ class SeqVAE(pl.LightningModule):
         self.decoder_updates = extra.get("decoder_updates", 0)
         if self.aggressive is not None and "aggressive" in extra:
             self.aggressive.load_state_dict(extra["aggressive"])
-        self._resume_rng = extra.get("rng")
+        rng = extra.get("rng")
+        if rng is not None and "ranks" in rng:
+            rank, world = (self.trainer.global_rank, self.trainer.world_size) if self._trainer is not None else (0, 1)
+            rng = rng["ranks"][rank] if world == len(rng["ranks"]) else None  # another world size: not exact anyway
+        self._resume_rng = rng
         if "vocab" in checkpoint:
             self.vocab = Vocabulary.from_str(checkpoint["vocab"])
 
