@@ -3,7 +3,7 @@
 import torch
 
 from .aggressive import AggressiveTraining
-from .callbacks import PlateauRule
+from .callbacks import AtomicCheckpointIO, PeriodicCheckpoint, PlateauRule
 from .data import TextDataModule, Vocabulary, read_corpus
 from .losses import BatchFreeBits, CosineDispersion, FreeBits, KLPenalty, Regularizer, StandardKL
 from .model import SeqVAE
@@ -17,6 +17,7 @@ torch.serialization.add_safe_globals(
 
 __all__ = [
     "AggressiveTraining",
+    "AtomicCheckpointIO",
     "BatchFreeBits",
     "ConstantKL",
     "CosineDispersion",
@@ -25,6 +26,7 @@ __all__ = [
     "KLPenalty",
     "KLSchedule",
     "LinearKLWarmup",
+    "PeriodicCheckpoint",
     "PlateauRule",
     "Regularizer",
     "SeqVAE",

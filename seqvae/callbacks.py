@@ -2,8 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+import tempfile
+import time
+from pathlib import Path
+
 import torch
 from pytorch_lightning import Callback
+from pytorch_lightning.plugins.io import TorchCheckpointIO
+from pytorch_lightning.utilities import rank_zero_warn
 
 
 class PlateauRule(Callback):
@@ -62,3 +70,87 @@ class PlateauRule(Callback):
 
     def load_state_dict(self, state_dict):
         self.best, self.bad_epochs, self.decays = state_dict["best"], state_dict["bad_epochs"], state_dict["decays"]
+
+
+class AtomicCheckpointIO(TorchCheckpointIO):
+    """Writes a checkpoint to a temporary file in the target's directory, fsyncs it, then
+    renames it over the target (`os.replace`): a kill during a save leaves the previous file
+    whole. (Lightning's own write goes through an fsspec transaction whose temporary file is in
+    the system temp directory; moved across file systems, that is a copy into the target.)"""
+
+    def save_checkpoint(self, checkpoint, path, storage_options=None) -> None:
+        if "://" in str(path):  # remote storage: Lightning's writer
+            return super().save_checkpoint(checkpoint, path, storage_options)
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                torch.save(checkpoint, f)
+                f.flush()
+                os.fsync(f.fileno())
+            umask = os.umask(0)
+            os.umask(umask)
+            os.chmod(tmp, 0o666 & ~umask)
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+        with contextlib.suppress(OSError):  # the rename itself durable
+            dir_fd = os.open(path.parent, os.O_RDONLY)
+            try:
+                os.fsync(dir_fd)
+            finally:
+                os.close(dir_fd)
+
+
+class PeriodicCheckpoint(Callback):
+    """Rewrites the run's `last.ckpt` during an epoch, so that a run killed mid-epoch resumes
+    (`--ckpt_path last`) from there: the checkpoint holds the loop position, the sampler
+    position and the RNG states, and the resumed run continues exactly. Also makes every
+    checkpoint write of the run atomic (AtomicCheckpointIO).
+
+    Saves after a training batch when `every_n_minutes` of wall time passed since the last
+    save, or every `every_n_batches` batches of an epoch; never after an epoch's last batch (the
+    epoch-end checkpoint follows). None turns a trigger off. Needs a ModelCheckpoint with
+    `save_last` (the CLI's `checkpoint`); it writes that callback's last checkpoint path.
+
+    Args:
+        every_n_minutes: Wall-time interval between mid-epoch saves.
+        every_n_batches: Save every this many training batches within an epoch.
+    """
+
+    def __init__(self, every_n_minutes: float | None = 10.0, every_n_batches: int | None = None):
+        self.every_n_minutes, self.every_n_batches = every_n_minutes, every_n_batches
+        self.saves = 0
+        self._last_save = time.monotonic()
+
+    def setup(self, trainer, pl_module, stage):
+        if type(trainer.strategy.checkpoint_io) is TorchCheckpointIO:
+            trainer.strategy.checkpoint_io = AtomicCheckpointIO()
+
+    def on_train_start(self, trainer, pl_module):
+        self._last_save = time.monotonic()
+
+    def _due(self, trainer, batch_idx: int) -> bool:
+        if self.every_n_batches and (batch_idx + 1) % self.every_n_batches == 0:
+            return True
+        due = self.every_n_minutes is not None and time.monotonic() - self._last_save >= 60 * self.every_n_minutes
+        if trainer.world_size > 1 and self.every_n_minutes is not None:
+            due = trainer.strategy.broadcast(due, src=0)  # clocks differ: rank 0 decides for all
+        return due
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        if batch_idx + 1 >= trainer.num_training_batches or not self._due(trainer, batch_idx):
+            return
+        checkpoint = trainer.checkpoint_callback
+        if checkpoint is None or not checkpoint.save_last or checkpoint.dirpath is None:
+            rank_zero_warn("PeriodicCheckpoint: no ModelCheckpoint with save_last; no mid-epoch checkpoint written")
+            self.every_n_minutes = self.every_n_batches = None
+            return
+        path = checkpoint.last_model_path or checkpoint.format_checkpoint_name({}, checkpoint.CHECKPOINT_NAME_LAST)
+        checkpoint.last_model_path = path  # before the save: it is part of the saved state
+        trainer.save_checkpoint(path)
+        self.saves += 1
+        self._last_save = time.monotonic()

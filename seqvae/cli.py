@@ -18,9 +18,9 @@ from pytorch_lightning.callbacks import ModelCheckpoint
 from pytorch_lightning.cli import LightningCLI, SaveConfigCallback
 from pytorch_lightning.loggers import TensorBoardLogger
 
-from .callbacks import PlateauRule
+from .callbacks import PeriodicCheckpoint, PlateauRule
 from .data import CorpusError, TextDataModule
-from .model import ConfigError, NonFiniteError, SeqVAE
+from .model import AGGRESSIVE_DDP, ConfigError, NonFiniteError, SeqVAE
 
 
 def write_new_file(path: Path, text: str) -> Path:
@@ -45,14 +45,17 @@ class RunDirConfig(SaveConfigCallback):
     resuming = False  # set by the CLI before `fit --ckpt_path`
 
     def setup(self, trainer, pl_module, stage):
-        if self.resuming and trainer.log_dir and (Path(trainer.log_dir) / self.config_filename).exists():
+        # `trainer.log_dir` broadcasts under DDP: read it here, on every rank, not in
+        # save_config (rank 0 only), which would leave the other ranks waiting.
+        self._log_dir = trainer.log_dir
+        if self.resuming and self._log_dir and (Path(self._log_dir) / self.config_filename).exists():
             self.already_saved = True
         super().setup(trainer, pl_module, stage)
 
     def save_config(self, trainer, pl_module, stage):
         dm = trainer.datamodule
-        if trainer.log_dir and dm is not None and hasattr(dm, "vocab"):
-            path = Path(trainer.log_dir) / "vocab.json"
+        if self._log_dir and dm is not None and hasattr(dm, "vocab"):
+            path = Path(self._log_dir) / "vocab.json"
             if not path.exists():
                 dm.vocab.save(path)
 
@@ -80,30 +83,27 @@ class SeqVAECLI(LightningCLI):
                 "checkpoint.auto_insert_metric_name": False,
                 "trainer.logger": lazy_instance(TensorBoardLogger, save_dir="runs", name="default", default_hp_metric=False),
                 "trainer.enable_progress_bar": False,
+                # TextDataModule shards its own batch samplers across DDP ranks.
+                "trainer.use_distributed_sampler": False,
             }
         )
         parser.add_lightning_class_args(PlateauRule, "plateau")
-
-    def _refuse_multiprocess(self):
-        # Before Lightning launches the other ranks, so a single clear line, not a rank crash.
-        if self.trainer.world_size > 1:
-            raise ConfigError("trainer.strategy/devices: multi-process (DDP) runs are not supported yet; use one device per run")
-
-    def before_validate(self):
-        self._refuse_multiprocess()
-
-    def before_test(self):
-        self._refuse_multiprocess()
+        parser.add_lightning_class_args(PeriodicCheckpoint, "periodic_checkpoint")
 
     def before_predict(self):
-        self._refuse_multiprocess()
+        # Before Lightning launches the other ranks, so a single clear line, not a rank crash.
+        if self.trainer.world_size > 1:
+            raise ConfigError("trainer.strategy/devices: predict runs on one device (it writes one file in input order)")
 
     def before_fit(self):
-        self._refuse_multiprocess()
+        if self.trainer.world_size > 1 and self.model.aggressive is not None:
+            raise ConfigError(AGGRESSIVE_DDP)
         if self.config_init["fit"].get("ckpt_path"):
             for cb in self.trainer.callbacks:
                 if isinstance(cb, RunDirConfig):
                     cb.resuming = True
+        if not self.trainer.is_global_zero:
+            return
         summary = self.datamodule.summary()
         for split, s in summary.items():
             print(
@@ -146,10 +146,12 @@ class SeqVAECLI(LightningCLI):
         print(f"seqvae: wrote {len(lines)} texts ({generation.mode}, {generation.decoding}) to {path}", file=sys.stderr)
 
     def _write_metrics(self, extra: dict):
+        run_dir = Path(self.trainer.log_dir)  # a broadcast under DDP: on every rank
+        if not self.trainer.is_global_zero:  # DDP: every rank has the same (reduced) metrics
+            return
         metrics = {k: float(v) for k, v in self.trainer.callback_metrics.items() if k.startswith("test/")}
         metrics.update({"best_updates": self.model.num_updates, **extra})
         metrics["data"] = self.datamodule.summary()
-        run_dir = Path(self.trainer.log_dir)
         path = write_new_file(run_dir / "metrics.json", json.dumps(metrics, indent=2, sort_keys=True) + "\n")
         width = max(len(k) for k in metrics)
         print(f"seqvae: wrote {path}")

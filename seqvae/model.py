@@ -12,22 +12,26 @@ import math
 import os
 import random
 import time
+import warnings
 from dataclasses import dataclass
 from typing import Literal
 
+import numpy as np
 import pytorch_lightning as pl
 import torch
 
 from .aggressive import AggressiveTraining
-from .data import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Vocabulary, collate
+from .data import BOS_ID, EOS_ID, PAD_ID, UNK_ID, ConfigError, Vocabulary, collate
 from .losses import KLPenalty, Regularizer, StandardKL, gaussian_kl
 from .metrics import EvalMetrics, iw_nll, sample_posterior
 from .networks import LSTMDecoder, LSTMEncoder, Pooling
 from .schedules import KLSchedule, LinearKLWarmup
 
+# Evaluation values are logged after EvalMetrics has reduced its states over all ranks: they
+# are already the whole-set values on every rank, and Lightning's sync_dist would average them.
+warnings.filterwarnings("ignore", message=r".*when logging on epoch level in distributed setting")
 
-class ConfigError(ValueError):
-    """A combination of options this toolkit refuses; the message names the option."""
+AGGRESSIVE_DDP = "model.aggressive: aggressive training is not supported under DDP (multi-process); train it on one device"
 
 
 class NonFiniteError(FloatingPointError):
@@ -69,6 +73,12 @@ class Generation:
     max_length: int | None = None
     seed: int = 0
     stdout: bool = False
+
+
+def _numpy_state() -> tuple:
+    """numpy's global RNG state as plain Python values (checkpoints load with weights_only)."""
+    name, keys, pos, has_gauss, cached = np.random.get_state()
+    return name, keys.tolist(), int(pos), int(has_gauss), float(cached)
 
 
 class SeqVAE(pl.LightningModule):
@@ -148,6 +158,8 @@ class SeqVAE(pl.LightningModule):
         self.fit_seconds = 0.0  # training wall time, accumulated across resumes
         self.vocab: Vocabulary | None = None
         self._eval_generator: torch.Generator | None = None
+        self._eval_replay: list[int] = []  # DDP: batch sizes whose evaluation noise this rank skips
+        self._resume_rng: dict | None = None  # RNG states of a mid-epoch checkpoint, until training resumes
         self._batch_idx = 0
 
     # ---------------------------------------------------------------- loss of one batch
@@ -225,9 +237,13 @@ class SeqVAE(pl.LightningModule):
     def _check_finite(self, terms: dict, grad_norm: torch.Tensor) -> None:
         """Stops before a non-finite update reaches the weights (one host sync per update)."""
         values = torch.stack([v.detach().float() for v in terms.values()] + [grad_norm.float()])
-        if bool(torch.isfinite(values).all()):
+        finite = bool(torch.isfinite(values).all())
+        if self._trainer is not None and self.trainer.world_size > 1:
+            # Every rank stops together (one that raised alone would leave the others waiting).
+            finite = self.trainer.strategy.reduce_boolean_decision(finite, all=True)
+        if finite:
             return
-        bad = [k for k, v in zip([*terms, "grad_norm"], values.tolist()) if not math.isfinite(v)]
+        bad = [k for k, v in zip([*terms, "grad_norm"], values.tolist()) if not math.isfinite(v)] or ["values on another rank"]
         raise NonFiniteError(
             f"non-finite {', '.join(bad)} at update {self.num_updates + 1} "
             f"(epoch {self.trainer.current_epoch}, batch index {self._batch_idx}); "
@@ -262,6 +278,19 @@ class SeqVAE(pl.LightningModule):
         torch.manual_seed(seed)
         random.seed(seed)
 
+    def on_train_batch_start(self, batch, batch_idx):
+        # A run resumed from a mid-epoch checkpoint (no on_train_epoch_start then) continues with
+        # the RNG states the interrupted run had after the checkpoint's batch: set just before
+        # the first training step, whatever ran since the load (sanity checks) drew.
+        state, self._resume_rng = self._resume_rng, None
+        if state is not None and state["epoch"] == self.current_epoch:
+            torch.set_rng_state(state["torch"])
+            random.setstate(state["random"])
+            name, keys, pos, has_gauss, cached = state["numpy"]
+            np.random.set_state((name, np.array(keys, dtype=np.uint32), pos, has_gauss, cached))
+            if state.get("cuda") is not None and torch.cuda.is_available():
+                torch.cuda.set_rng_state_all(state["cuda"])
+
     def on_train_start(self):
         self._fit_clock = time.monotonic()
         if self.vocab is None and self.trainer.datamodule is not None:
@@ -281,10 +310,10 @@ class SeqVAE(pl.LightningModule):
         dm = self.trainer.datamodule if self._trainer is not None else None
         if dm is not None and self.vocab is None:
             self.vocab = dm.vocab
-        if self._trainer is not None and self.trainer.world_size > 1:
-            # Not yet: the equal-length batch sampler is not sharded across ranks, so every rank
-            # would see the whole set (and a validation run was seen to hang). Refuse clearly.
-            raise ConfigError("trainer.strategy/devices: multi-process (DDP) runs are not supported yet; use one device per run")
+        if stage == "fit" and self.aggressive is not None and self._trainer is not None and self.trainer.world_size > 1:
+            # Its inner loop runs a data-dependent number of encoder updates per batch, which the
+            # ranks' gradient all-reduces cannot follow. Refused rather than hung.
+            raise ConfigError(AGGRESSIVE_DDP)
         if stage == "fit" and self.hparams.init_encoder_from and self.encoder is not None:
             # Runs before Lightning restores a resumed run's own checkpoint, which then
             # overwrites these weights: resuming never re-initialises anything.
@@ -314,6 +343,9 @@ class SeqVAE(pl.LightningModule):
             return
         gen = self._eval_generator
         mu, logvar, h = self.encoder(tokens, lengths)
+        if self._eval_replay:
+            self._replay_eval_noise(self._eval_replay, mu.dtype, n_iw)
+            self._eval_replay = []
         rec = -self.decoder.log_likelihood(tokens, lengths, sample_posterior(mu, logvar, 1, gen))[:, 0]
         kl = gaussian_kl(mu, logvar).sum(-1)
         iw = None
@@ -327,6 +359,23 @@ class SeqVAE(pl.LightningModule):
         # checkpoint's metrics do not depend on what ran before (fit's own test and a later
         # `seqvae test` of the same checkpoint agree).
         self._eval_generator = torch.Generator(device=self.device).manual_seed(self.hparams.eval_seed)
+        # Under DDP a rank evaluates a contiguous part of the batches; it first skips the noise
+        # of the batches before its part, so every batch gets the noise it gets in one process.
+        self._eval_replay = []
+        if self._trainer is not None and self.trainer.world_size > 1:
+            loaders = self.trainer.test_dataloaders if self.trainer.testing else self.trainer.val_dataloaders
+            loader = loaders[0] if isinstance(loaders, (list, tuple)) else loaders
+            self._eval_replay = list(getattr(getattr(loader, "batch_sampler", None), "preceding_sizes", []))
+
+    def _replay_eval_noise(self, sizes: list[int], dtype: torch.dtype, n_iw: int) -> None:
+        """Draws from the evaluation generator exactly what `_eval_step` draws for batches of
+        these sizes, in its order: z for rec, the IW-NLL samples, the per-batch MI's z (float64)."""
+        gen, dim, device = self._eval_generator, self.hparams.latent_dim, self.device
+        for b in sizes:
+            torch.randn((b, 1, dim), generator=gen, device=device, dtype=dtype)
+            if n_iw:
+                torch.randn((b, n_iw, dim), generator=gen, device=device, dtype=dtype)
+            torch.randn((b, 1, dim), generator=gen, device=device, dtype=torch.float64)
 
     def _log_eval(self, stage: str, metrics: EvalMetrics) -> dict[str, float]:
         values = {f"{stage}/{k}": v for k, v in metrics.compute().items()}
@@ -406,6 +455,23 @@ class SeqVAE(pl.LightningModule):
         }
         if self.aggressive is not None:
             checkpoint["seqvae"]["aggressive"] = self.aggressive.state_dict()
+        if self._trainer is not None and self.trainer.training:
+            # A checkpoint written during a training epoch (not at validation) carries the RNG
+            # states that the next training batch would start from, for an exact resume. (The
+            # evaluation generator is reseeded at every evaluation pass; the aggressive-training
+            # RNG is in its state above.)
+            rng = {
+                "epoch": self.current_epoch,
+                "torch": torch.get_rng_state(),
+                "random": random.getstate(),
+                "numpy": _numpy_state(),
+                "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() and torch.cuda.is_initialized() else None,
+            }
+            if self.trainer.world_size > 1:  # every rank's own states (their batches differ)
+                states = [None] * self.trainer.world_size
+                torch.distributed.all_gather_object(states, rng)
+                rng = {"epoch": rng["epoch"], "ranks": states}
+            checkpoint["seqvae"]["rng"] = rng
         if self.vocab is not None:
             checkpoint["vocab"] = self.vocab.to_str()
 
@@ -417,6 +483,11 @@ class SeqVAE(pl.LightningModule):
         self.decoder_updates = extra.get("decoder_updates", 0)
         if self.aggressive is not None and "aggressive" in extra:
             self.aggressive.load_state_dict(extra["aggressive"])
+        rng = extra.get("rng")
+        if rng is not None and "ranks" in rng:
+            rank, world = (self.trainer.global_rank, self.trainer.world_size) if self._trainer is not None else (0, 1)
+            rng = rng["ranks"][rank] if world == len(rng["ranks"]) else None  # another world size: not exact anyway
+        self._resume_rng = rng
         if "vocab" in checkpoint:
             self.vocab = Vocabulary.from_str(checkpoint["vocab"])
 

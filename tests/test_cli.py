@@ -298,6 +298,24 @@ def build_jobs(tmp: Path, corpus: dict[str, Path]) -> Jobs:
         args = ["fit", *base_args(corpus, tmp / f"bad_{case}"), *(_fill(a, corpus) for a in extra)]
         specs[f"bad:{case}"] = lambda args=args: seqvae(args, cwd)
     specs["download_help"] = lambda: seqvae(["download", "--help"], cwd)
+
+    # DDP on CPU (gloo, 2 processes): fit (with mid-epoch checkpoints) then its own test of the
+    # best checkpoint; a single-process test of the same checkpoint must give the same metrics.
+    ddp_save = tmp / "ddp"
+    ddp_args = [
+        *base_args(corpus, ddp_save), "--trainer.strategy", "ddp", "--trainer.devices", "2", "--trainer.accelerator", "cpu",
+        "--periodic_checkpoint.every_n_batches", "2", "--model.val_iw_samples", "2",
+    ]  # fmt: skip
+    specs["ddp_fit"] = lambda: seqvae(["fit", *ddp_args], cwd, urgent=True)
+
+    def ddp_single_test():
+        jobs.result("ddp_fit").ok()
+        run = ddp_save / "demo" / "version_0"
+        single = ["--trainer.strategy", "auto", "--trainer.devices", "1"]
+        return seqvae(["test", "--config", run / "config.yaml", "--ckpt_path", run / "checkpoints" / "best.ckpt", *single], cwd)
+
+    specs["ddp_single_test"] = ddp_single_test
+    specs["ddp_aggressive"] = lambda: seqvae(["fit", *ddp_args, "--model.aggressive", "seqvae.AggressiveTraining"], cwd)
     return jobs
 
 
@@ -496,3 +514,25 @@ def test_python_api_from_checkpoint(main_run):
 def test_download_help_dispatches(jobs):
     result = jobs.result("download_help").ok()
     assert "usage" in result.stdout.lower() and "download" in result.stdout, result.describe()
+
+
+# ------------------------------------------------------------------------------------- DDP
+@needs("ddp_fit", "ddp_single_test")
+def test_ddp_fit_and_test_match_single_process_metrics(jobs):
+    ddp = jobs.result("ddp_fit").ok()
+    single = jobs.result("ddp_single_test").ok()
+    assert "Initializing distributed: GLOBAL_RANK: 1, MEMBER: 2/2" in ddp.stderr, ddp.describe()
+    a, b = load_metrics(ddp.wrote), load_metrics(single.wrote)
+    for key in TEST_KEYS:  # every text evaluated once; the noise of each batch as in one process
+        assert math.isclose(a[key], b[key], rel_tol=1e-5, abs_tol=1e-6), (key, a[key], b[key])
+    # The sampled values (rec, IW-NLL, MI, MI-dataset) agree only if every batch got the noise
+    # it gets in one process and the pooled posteriors are in the single-process order.
+    assert abs(a["test/mi"]) > 0.01 and abs(a["test/mi_dataset"]) > 1e-3 and 0 < a["test/feature_cos"] < 1
+    assert [p.name for p in ddp.wrote.parent.glob("metrics*.json")] == ["metrics.json"]  # rank 0 writes
+
+
+@needs("ddp_aggressive")
+def test_ddp_refuses_aggressive_training_in_one_line(jobs):
+    result = jobs.result("ddp_aggressive")
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.describe()
+    assert "seqvae: error: model.aggressive: aggressive training is not supported under DDP" in result.stderr
