@@ -36,7 +36,7 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import yaml
@@ -225,6 +225,27 @@ def _cells(grid) -> list[Cell]:
     return cells
 
 
+def select(cells: list[Cell], variants: str | None, seeds: str | None) -> list[Cell]:
+    """The cells of the listed variants and seeds (comma-separated; None: all), renumbered."""
+    keep = list(cells)
+    if variants is not None:
+        names = [n for n in variants.split(",") if n]
+        unknown = [n for n in names if n not in {c.variant for c in cells}]
+        if unknown:
+            raise GridError(f"--variants: {', '.join(unknown)} not in the grid")
+        keep = [c for c in keep if c.variant in names]
+    if seeds is not None:
+        try:
+            wanted = [int(x) for x in seeds.split(",") if x]
+        except ValueError as err:
+            raise GridError(f"--seeds: expected comma-separated integers, got {seeds!r}") from err
+        unknown = [str(x) for x in wanted if x not in {c.seed for c in cells}]
+        if unknown:
+            raise GridError(f"--seeds: {', '.join(unknown)} not in the grid")
+        keep = [c for c in keep if c.seed in wanted]
+    return [replace(c, index=i + 1, total=len(keep)) for i, c in enumerate(keep)]
+
+
 # ------------------------------------------------------------------------------------- running
 def clock(seconds: float) -> str:
     s = int(round(seconds))
@@ -406,9 +427,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--compare", action="store_true", help="run nothing; print the compare table of the finished cells")
     parser.add_argument("--format", choices=["markdown", "csv", "json"], default="markdown", help="of the compare table")
     parser.add_argument("--plots", type=Path, metavar="DIR", help="also write the compare plots (validation curves) into DIR")
+    parser.add_argument("--variants", metavar="A,B", help="only these variants (comma-separated names)")
+    parser.add_argument("--seeds", metavar="1,2", help="only these seeds")
     args = parser.parse_args(argv)
     try:
-        cells = load_grid(args.grid)
+        cells = select(load_grid(args.grid), args.variants, args.seeds)
     except GridError as err:
         print(f"seqvae sweep: error: {err}", file=sys.stderr)
         return 2

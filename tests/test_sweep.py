@@ -141,6 +141,15 @@ def test_unreadable_and_invalid_yaml(in_repo, tmp_path, capsys):
     assert err.startswith(f"seqvae sweep: error: {path}: not valid YAML: ") and err.count("\n") == 1
 
 
+def test_select_variants_and_seeds(in_repo, capsys):
+    cells = sweep.select(sweep.load_grid("configs/sweeps/yahoo10k.yaml"), "max,last", "1")
+    assert [(c.name, c.index, c.total) for c in cells] == [("last/seed1", 1, 2), ("max/seed1", 2, 2)]
+    assert sweep.main(["configs/sweeps/yahoo10k.yaml", "--variants", "maxx", "--dry-run"]) == 2
+    assert capsys.readouterr().err.strip().endswith("--variants: maxx not in the grid")
+    assert sweep.main(["configs/sweeps/yahoo10k.yaml", "--seeds", "4", "--dry-run"]) == 2
+    assert capsys.readouterr().err.strip().endswith("--seeds: 4 not in the grid")
+
+
 def test_dry_run_command_lines(in_repo, tmp_path, capsys):
     root = tmp_path / "runs"
     g = grid(root=str(root), seeds=[7], overrides={"trainer.max_epochs": 2, "model.test_iw_samples": 10})
