@@ -132,14 +132,26 @@ class PeriodicCheckpoint(Callback):
 
     def on_train_start(self, trainer, pl_module):
         self._last_save = time.monotonic()
+        if trainer.is_global_zero and trainer.checkpoint_callback is not None and trainer.checkpoint_callback.dirpath:
+            # Temporary files of saves that a kill interrupted (AtomicCheckpointIO's naming).
+            for tmp in Path(trainer.checkpoint_callback.dirpath).glob(".*.ckpt.*.tmp"):
+                tmp.unlink(missing_ok=True)
+
+    def on_save_checkpoint(self, trainer, pl_module, checkpoint):
+        self._last_save = time.monotonic()  # any save (epoch end too) restarts the interval
 
     def _due(self, trainer, batch_idx: int) -> bool:
         if self.every_n_batches and (batch_idx + 1) % self.every_n_batches == 0:
             return True
-        due = self.every_n_minutes is not None and time.monotonic() - self._last_save >= 60 * self.every_n_minutes
-        if trainer.world_size > 1 and self.every_n_minutes is not None:
-            due = trainer.strategy.broadcast(due, src=0)  # clocks differ: rank 0 decides for all
-        return due
+        if self.every_n_minutes is None:
+            return False
+        if trainer.world_size > 1:
+            # Clocks differ, so rank 0 decides for all; asked every 50 batches, not every batch,
+            # because a broadcast is a collective on the training path.
+            if (batch_idx + 1) % 50:
+                return False
+            return trainer.strategy.broadcast(time.monotonic() - self._last_save >= 60 * self.every_n_minutes, src=0)
+        return time.monotonic() - self._last_save >= 60 * self.every_n_minutes
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         if batch_idx + 1 >= trainer.num_training_batches or not self._due(trainer, batch_idx):

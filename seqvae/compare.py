@@ -41,9 +41,11 @@ METRICS = [
     ("train_minutes", "train minutes", "fit_seconds", 1),
 ]
 # model.init_encoder_from names the stage-1 run of the same seed (freebits after autoencoder).
+# The others change how a run is saved, launched or used after training, never its numbers;
+# runs written before they existed must still group with runs written after.
 IGNORED = (
     "seed_everything", "data.seed", "trainer.logger", "checkpoint", "ckpt_path", "trainer.default_root_dir",
-    "model.init_encoder_from",
+    "model.init_encoder_from", "periodic_checkpoint", "model.generation", "trainer.use_distributed_sampler",
 )  # fmt: skip
 KEPT = ("checkpoint.monitor",)
 MISSING = "–"

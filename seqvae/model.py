@@ -288,8 +288,8 @@ class SeqVAE(pl.LightningModule):
             random.setstate(state["random"])
             name, keys, pos, has_gauss, cached = state["numpy"]
             np.random.set_state((name, np.array(keys, dtype=np.uint32), pos, has_gauss, cached))
-            if state.get("cuda") is not None and torch.cuda.is_available():
-                torch.cuda.set_rng_state_all(state["cuda"])
+            if isinstance(state.get("cuda"), torch.Tensor) and self.device.type == "cuda":
+                torch.cuda.set_rng_state(state["cuda"], self.device)
 
     def on_train_start(self):
         self._fit_clock = time.monotonic()
@@ -465,7 +465,8 @@ class SeqVAE(pl.LightningModule):
                 "torch": torch.get_rng_state(),
                 "random": random.getstate(),
                 "numpy": _numpy_state(),
-                "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() and torch.cuda.is_initialized() else None,
+                # This rank's device only: a resume may see a different number of GPUs.
+                "cuda": torch.cuda.get_rng_state(self.device) if self.device.type == "cuda" else None,
             }
             if self.trainer.world_size > 1:  # every rank's own states (their batches differ)
                 states = [None] * self.trainer.world_size

@@ -262,7 +262,8 @@ def command_line(cell: Cell) -> str:
 
 def fit_command(args: list[str]) -> list[str]:
     # The interpreter running the sweep, so the cells see the same environment and package.
-    return [sys.executable, "-c", "from seqvae.cli import main; main()", "fit", *args]
+    # `-m`, not `-c`: Lightning's DDP launcher restarts sys.argv for the other ranks.
+    return [sys.executable, "-m", "seqvae.cli", "fit", *args]
 
 
 def move_aside(cell: Cell) -> Path:
@@ -274,12 +275,18 @@ def move_aside(cell: Cell) -> Path:
     return target
 
 
-def checkpoint_epoch(path: Path) -> int | None:
-    """Epochs finished when `last.ckpt` was saved (None while it is being written)."""
+def checkpoint_position(path: Path, of: int | None) -> str | None:
+    """Where `last.ckpt` was saved: "epoch 3/20" at an epoch end, "epoch 4/20, batch 120" mid-epoch
+    (PeriodicCheckpoint); None while it is being written."""
     try:
         import torch
 
-        return int(torch.load(path, map_location="cpu", weights_only=False, mmap=True)["epoch"]) + 1
+        ckpt = torch.load(path, map_location="cpu", weights_only=False, mmap=True)
+        epoch = f"epoch {int(ckpt['epoch']) + 1}{f'/{of}' if of else ''}"
+        batches = ckpt.get("loops", {}).get("fit_loop", {}).get("epoch_loop.batch_progress", {})
+        if batches and not batches.get("is_last_batch", True):
+            return f"{epoch}, batch {batches['current']['processed']}"
+        return epoch
     except Exception:  # noqa: BLE001 - a half-written file; the next poll reads it
         return None
 
@@ -323,11 +330,10 @@ def run_cell(cell: Cell) -> tuple[int, list[str]]:
                     pass
                 mtime = cell.last_ckpt.stat().st_mtime if cell.last_ckpt.exists() else None
                 if mtime is not None and mtime != seen:
-                    epoch = checkpoint_epoch(cell.last_ckpt)
-                    if epoch is not None:
+                    where = checkpoint_position(cell.last_ckpt, max_epochs(cell.run_dir))
+                    if where is not None:
                         seen = mtime
-                        of = max_epochs(cell.run_dir)
-                        say(f"{cell.tag}: epoch {epoch}{f'/{of}' if of else ''} saved, {clock(time.monotonic() - start)} elapsed")
+                        say(f"{cell.tag}: {where} saved, {clock(time.monotonic() - start)} elapsed")
         except KeyboardInterrupt:
             proc.wait()  # the fit got the same SIGINT; Lightning stops it cleanly
             raise
@@ -410,14 +416,12 @@ def dry_run(cells: list[Cell]) -> None:
 
 
 def compare_cells(cells: list[Cell], fmt: str, plots: Path | None) -> int:
-    from .compare import main as compare_main
-
     done = [str(c.run_dir) for c in cells if c.state() == "finished"]
     if not done:
         say("no finished cells to compare")
         return 1
     sys.stdout.flush()
-    return compare_main([*done, "--format", fmt, *(["--plots", str(plots)] if plots else [])])
+    return compare.main([*done, "--format", fmt, *(["--plots", str(plots)] if plots else [])])
 
 
 def main(argv: list[str] | None = None) -> int:

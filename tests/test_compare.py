@@ -268,3 +268,15 @@ def test_label_by_variant_directory(tmp_path):
     by_dir = compare.group_runs(runs, "dir")
     assert sorted(g["label"] for g in by_dir) == ["last", "maxpool"]
     assert all(len(g["runs"]) == 2 and g["stats"]["iw_nll"]["mean"] == 401.5 for g in by_dir)
+
+
+def test_runs_from_before_and_after_new_run_mechanics_keys_group_together(tmp_path):
+    old = make_run(tmp_path, "max", 1, metrics(400.0, 60.0))
+    new = make_run(tmp_path, "max", 2, metrics(402.0, 60.0))
+    config = yaml.safe_load((new / "config.yaml").read_text())
+    config["periodic_checkpoint"] = {"every_n_minutes": 10.0, "every_n_batches": None}
+    config["model"]["generation"] = {"mode": "reconstruct", "decoding": "greedy"}
+    config["trainer"]["use_distributed_sampler"] = False
+    (new / "config.yaml").write_text(yaml.safe_dump(config))
+    groups = compare.group_runs(compare.find_runs([str(old), str(new)]))
+    assert len(groups) == 1 and groups[0]["stats"]["iw_nll"]["mean"] == 401.0

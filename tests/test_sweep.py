@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 from test_model import write_corpus
 
@@ -275,3 +276,15 @@ def test_failing_cell_then_resume(in_repo, tiny, tmp_path, capsys):
     # 3. --compare only prints the table.
     assert sweep.main([str(second), "--compare", "--format", "csv"]) == 0
     assert capsys.readouterr().out.splitlines()[1].startswith("ok,2,")
+
+
+def test_checkpoint_position_tells_epoch_end_from_mid_epoch(tmp_path):
+    def save(name, epoch, processed, last):
+        progress = {"current": {"processed": processed}, "is_last_batch": last}
+        torch.save({"epoch": epoch, "loops": {"fit_loop": {"epoch_loop.batch_progress": progress}}}, tmp_path / name)
+        return tmp_path / name
+
+    assert sweep.checkpoint_position(save("end.ckpt", 2, 334, True), 20) == "epoch 3/20"
+    assert sweep.checkpoint_position(save("mid.ckpt", 3, 120, False), 20) == "epoch 4/20, batch 120"
+    (tmp_path / "half.ckpt").write_bytes(b"PK\x03")
+    assert sweep.checkpoint_position(tmp_path / "half.ckpt", None) is None
