@@ -36,6 +36,7 @@ import subprocess
 import sys
 import threading
 import time
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -298,12 +299,16 @@ def max_epochs(run_dir: Path) -> int | None:
         return None
 
 
-def run_cell(cell: Cell) -> tuple[int, list[str]]:
-    """Runs one `seqvae fit`; its output goes to sweep.log. Returns (exit status, stderr tail)."""
+def run_cell(cell: Cell, one_thread: bool = False) -> tuple[int, list[str]]:
+    """Runs one `seqvae fit`; its output goes to sweep.log. Returns (exit status, stderr tail).
+    `one_thread`: cells run side by side, so each gets one torch thread unless OMP_NUM_THREADS
+    says otherwise (several multi-threaded runs on the same cores stall each other)."""
     cell.run_dir.mkdir(parents=True, exist_ok=True)
     args = cell.fit_args()
     tail: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    if one_thread:
+        env.setdefault("OMP_NUM_THREADS", "1")
     start = time.monotonic()
     with open(cell.run_dir / "sweep.log", "a", encoding="utf-8") as log:
         log.write(f"# {time.strftime('%Y-%m-%d %H:%M:%S')} {command_line(cell)}\n")
@@ -350,33 +355,63 @@ def write_curves(run_dir: Path) -> None:
     compare.write_curves(run_dir, out)
 
 
-def run_grid(cells: list[Cell]) -> list[Cell]:
-    """Runs the cells that have not finished, in order. Returns the cells that failed or were blocked."""
+def run_grid(cells: list[Cell], jobs: int = 1) -> list[Cell]:
+    """Runs the cells that have not finished, in grid order, `jobs` at a time (a cell whose
+    `needs` are still running waits for them). Returns the cells that failed or were blocked."""
     start = time.monotonic()
     durations: list[float] = []
     failed: list[Cell] = []
     counts = collections.Counter()
-    for cell in cells:
-        state = cell.state()
-        if state == "finished":
-            say(f"{cell.tag}: finished ({cell.run_dir / 'metrics.json'}), skipped")
-            counts["skipped"] += 1
-        else:
-            blocked = [str(n) for n in cell.needs if not (n / "metrics.json").is_file()]
-            if blocked:
-                say(f"{cell.tag}: blocked: needs {', '.join(blocked)} finished first")
-                counts["blocked"] += 1
-                failed.append(cell)
-            else:
-                if state == "interrupted":
+    pending, running, settled = list(cells), {}, 0
+
+    def progress():
+        todo = sum(c.state() != "finished" for c in pending) + len(running)
+        mean = sum(durations) / len(durations) if durations else None
+        eta = "ETA 0:00" if not todo else f"ETA {clock(mean * todo / jobs)}" if mean else "ETA ?"
+        say(f"grid {settled}/{len(cells)}, {clock(time.monotonic() - start)} elapsed, {eta} ({todo} cells to run)")
+
+    def timed(cell):
+        t0 = time.monotonic()
+        code, tail = run_cell(cell, one_thread=jobs > 1)
+        return code, tail, time.monotonic() - t0
+
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        while pending or running:
+            for cell in list(pending):
+                if len(running) >= jobs:
+                    break
+                if cell.state() == "finished":
+                    pending.remove(cell)
+                    say(f"{cell.tag}: finished ({cell.run_dir / 'metrics.json'}), skipped")
+                    counts["skipped"] += 1
+                    settled += 1
+                    progress()
+                    continue
+                unmet = [n for n in cell.needs if not (n / "metrics.json").is_file()]
+                if any(c.run_dir in unmet for c in [*running.values(), *pending[: pending.index(cell)]]):
+                    continue  # what it needs may still finish
+                pending.remove(cell)
+                if unmet:
+                    say(f"{cell.tag}: blocked: needs {', '.join(map(str, unmet))} finished first")
+                    counts["blocked"] += 1
+                    failed.append(cell)
+                    settled += 1
+                    progress()
+                    continue
+                if cell.state() == "interrupted":
                     say(f"{cell.tag}: resuming from {cell.last_ckpt}")
                 else:
                     if cell.run_dir.exists() and any(cell.run_dir.iterdir()):
                         say(f"{cell.tag}: moved the leftovers of a failed start to {move_aside(cell)}")
                     say(f"{cell.tag}: starting in {cell.run_dir}")
-                t0 = time.monotonic()
-                code, tail = run_cell(cell)
-                took = time.monotonic() - t0
+                running[pool.submit(timed, cell)] = cell
+            if not running:
+                continue
+            done, _ = wait(running, return_when=FIRST_COMPLETED)
+            for future in done:
+                cell = running.pop(future)
+                code, tail, took = future.result()
+                settled += 1
                 if code == 0 and cell.state() == "finished":
                     durations.append(took)
                     counts["ran"] += 1
@@ -392,13 +427,11 @@ def run_grid(cells: list[Cell]) -> list[Cell]:
                     say(f"{cell.tag}: FAILED ({why}) after {clock(took)}; log {cell.run_dir / 'sweep.log'}; stderr tail:")
                     for line in tail:
                         print(f"    {line}", file=sys.stderr)
-        todo = [c for c in cells[cell.index :] if c.state() != "finished"]
-        eta = "ETA 0:00" if not todo else f"ETA {clock(sum(durations) / len(durations) * len(todo))}" if durations else "ETA ?"
-        say(f"grid {cell.index}/{len(cells)}, {clock(time.monotonic() - start)} elapsed, {eta} ({len(todo)} cells to run)")
+                progress()
     summary = ", ".join(f"{n} {k}" for k, n in counts.items())
     say(f"{len(cells)} cells ({summary}) in {clock(time.monotonic() - start)}")
     if failed:
-        say(f"not finished: {', '.join(c.name for c in failed)}")
+        say(f"not finished: {', '.join(c.name for c in sorted(failed, key=lambda c: c.index))}")
     return failed
 
 
@@ -433,6 +466,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--plots", type=Path, metavar="DIR", help="also write the compare plots (validation curves) into DIR")
     parser.add_argument("--variants", metavar="A,B", help="only these variants (comma-separated names)")
     parser.add_argument("--seeds", metavar="1,2", help="only these seeds")
+    parser.add_argument("--jobs", type=int, default=1, metavar="N", help="run N cells at a time (default 1; one thread each)")
     args = parser.parse_args(argv)
     try:
         cells = select(load_grid(args.grid), args.variants, args.seeds)
@@ -445,7 +479,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.compare:
         return compare_cells(cells, args.format, args.plots)
     try:
-        failed = run_grid(cells)
+        failed = run_grid(cells, max(1, args.jobs))
     except KeyboardInterrupt:
         say("interrupted; rerun the same command to resume")
         return 130

@@ -288,3 +288,32 @@ def test_checkpoint_position_tells_epoch_end_from_mid_epoch(tmp_path):
     assert sweep.checkpoint_position(save("mid.ckpt", 3, 120, False), 20) == "epoch 4/20, batch 120"
     (tmp_path / "half.ckpt").write_bytes(b"PK\x03")
     assert sweep.checkpoint_position(tmp_path / "half.ckpt", None) is None
+
+
+FAKE_FIT = """
+import json, sys, time
+from pathlib import Path
+a = sys.argv[1:]
+value = lambda key: a[a.index(key) + 1]
+logger = "--trainer.logger.init_args."
+run = Path(value(logger + "save_dir")) / value(logger + "name") / value(logger + "version")
+run.mkdir(parents=True, exist_ok=True)
+began = time.time()
+time.sleep(1.0)
+(run / "config.yaml").write_text("seed_everything: %s\\nmodel: {name: %s}\\n" % (value("--seed_everything"), run.parent.name))
+(run / "times.json").write_text(json.dumps([began, time.time()]))
+(run / "metrics.json").write_text(json.dumps({"test/iw_nll": 1.0}))
+"""
+
+
+def test_jobs_run_cells_side_by_side_and_needs_wait(in_repo, tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(sweep, "fit_command", lambda args: [sys.executable, "-c", FAKE_FIT, *args])
+    root = tmp_path / "runs"
+    variants = [{"name": "a"}, {"name": "b"}, {"name": "dep", "needs": ["a"]}]
+    path = write_grid(tmp_path / "grid.yaml", grid(root=str(root), seeds=[1], variants=variants))
+    assert sweep.main([str(path), "--jobs", "2"]) == 0
+    err = capsys.readouterr().err
+    times = {v: json.loads((root / v / "seed1" / "times.json").read_text()) for v in ("a", "b", "dep")}
+    assert times["a"][0] < times["b"][1] and times["b"][0] < times["a"][1]  # a and b overlapped
+    assert times["dep"][0] >= times["a"][1]  # dep started after what it needs had finished
+    assert "seqvae sweep: 3 cells (3 ran) in " in err
