@@ -455,11 +455,13 @@ class SeqVAE(pl.LightningModule):
         }
         if self.aggressive is not None:
             checkpoint["seqvae"]["aggressive"] = self.aggressive.state_dict()
-        if self._trainer is not None and self.trainer.training:
-            # A checkpoint written during a training epoch (not at validation) carries the RNG
-            # states that the next training batch would start from, for an exact resume. (The
-            # evaluation generator is reseeded at every evaluation pass; the aggressive-training
-            # RNG is in its state above.)
+        if self._trainer is not None and self.trainer.state.fn == "fit":
+            # A checkpoint written during fit (mid-epoch, or at a validation inside the epoch
+            # with val_check_interval < 1: evaluation draws only from its own generator) carries
+            # the RNG states that the next training batch would start from, for an exact resume;
+            # they are restored only if the run resumes inside the same epoch. (The evaluation
+            # generator is reseeded at every evaluation pass; the aggressive-training RNG is in
+            # its state above.)
             rng = {
                 "epoch": self.current_epoch,
                 "torch": torch.get_rng_state(),

@@ -38,14 +38,17 @@ class KillAt(Callback):
             raise Killed
 
 
-def fit(root, directory, every_n_batches=None, kill=None, ckpt_path=None, aggressive=False, batching="bucket"):
+def fit(
+    root, directory, every_n_batches=None, kill=None, ckpt_path=None, aggressive=False, batching="bucket", val_check_interval=1.0
+):
     pl.seed_everything(0)
     dm = datamodule(root, batching=batching)
     agg = AggressiveTraining(max_inner_steps=5, window=2) if aggressive else None
     model = tiny_model(dm.vocab_size, word_dropout=0.3, aggressive=agg)
     callbacks = [ModelCheckpoint(dirpath=directory, save_last=True), PeriodicCheckpoint(None, every_n_batches)]
     callbacks += [KillAt(*kill)] if kill else []
-    t = trainer(root, max_epochs=2, limit_val_batches=2, num_sanity_val_steps=2, enable_checkpointing=True, callbacks=callbacks)
+    t = trainer(root, max_epochs=2, limit_val_batches=2, num_sanity_val_steps=2, enable_checkpointing=True, callbacks=callbacks,
+                val_check_interval=val_check_interval)  # fmt: skip
     try:
         t.fit(model, dm, ckpt_path=ckpt_path)
     except Killed:
@@ -70,6 +73,18 @@ def test_killed_mid_epoch_and_resumed_gives_bit_identical_parameters(corpus, tmp
     assert saved["loops"]["fit_loop"]["state_dict"]["combined_loader"] == [{"epoch": 1, "batches": 3}]
     assert saved["seqvae"]["rng"]["epoch"] == 1
     resumed = fit(corpus, tmp_path / "b", every_n_batches=3, ckpt_path=tmp_path / "b" / "last.ckpt", **kw)
+    assert_same_parameters(straight, resumed)
+
+
+def test_resume_from_a_validation_inside_the_epoch_is_exact(corpus, tmp_path):
+    # val_check_interval 0.5: ModelCheckpoint writes last.ckpt at the mid-epoch validation.
+    straight = fit(corpus, tmp_path / "a", val_check_interval=0.5)
+    n = straight.trainer.num_training_batches
+    assert fit(corpus, tmp_path / "b", kill=(1, n - 2), val_check_interval=0.5) is None
+    saved = torch.load(tmp_path / "b" / "last.ckpt", weights_only=True)
+    assert saved["loops"]["fit_loop"]["state_dict"]["combined_loader"] == [{"epoch": 1, "batches": n // 2}]
+    assert saved["seqvae"]["rng"]["epoch"] == 1
+    resumed = fit(corpus, tmp_path / "b", ckpt_path=tmp_path / "b" / "last.ckpt", val_check_interval=0.5)
     assert_same_parameters(straight, resumed)
 
 
