@@ -27,7 +27,7 @@ import torch
 import yaml
 
 from seqvae import SeqVAE
-from seqvae.data import collate, read_corpus
+from seqvae.data import read_corpus
 from seqvae.losses import mean_pairwise_cosine
 from seqvae.sweep import GridError, grid_cells, run_grid
 
@@ -47,18 +47,6 @@ def validation_texts(run_dir: Path) -> list[list[str]]:
     data = (yaml.safe_load((run_dir / "config.yaml").read_text()) or {})["data"]
     path = data.get("val") or data["train"]
     return read_corpus(path, data.get("val_lines"), data.get("label_column", False), data.get("max_length")).texts
-
-
-def encoder_features(model: SeqVAE, texts: list[list[str]], batch_size: int = 256) -> torch.Tensor:
-    """Pooled encoder features h (N, H), in eval mode."""
-    ids = [torch.tensor(x) for x in model.vocab.encode(texts)]
-    model.eval()
-    out = []
-    with torch.inference_mode():
-        for s in range(0, len(ids), batch_size):
-            batch = collate(ids[s : s + batch_size])
-            out.append(model.encoder.features(batch["tokens"], batch["lengths"]))
-    return torch.cat(out)
 
 
 def scatter(ax, h: torch.Tensor, title: str, max_points: int, lim: float) -> None:
@@ -109,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     panels = []
     for cell in done:
         model = SeqVAE.load_from_checkpoint(cell.run_dir / "checkpoints" / "best.ckpt", map_location="cpu")
-        h = encoder_features(model, validation_texts(cell.run_dir))
+        h = model.features([" ".join(t) for t in validation_texts(cell.run_dir)], batch_size=256)
         cos = float(mean_pairwise_cosine(h))
         title = f"{VARIANTS[cell.variant][1]}\nmean pairwise cosine {cos:.3f} ({len(h)} validation texts)"
         panels.append((cell.variant, h, title, cos))

@@ -518,6 +518,13 @@ class SeqVAE(pl.LightningModule):
         with self._inference():
             return [per_batch(b) for b in self._batches(list(texts), batch_size)]
 
+    def features(self, texts: list[str], batch_size: int = 64) -> torch.Tensor:
+        """Pooled encoder features h (N, H), the vectors `feature_cos` measures."""
+        if self.encoder is None:
+            raise RuntimeError("the language model has no encoder")
+        outs = self._evaluate(texts, lambda b: self.encoder.features(b["tokens"], b["lengths"]), batch_size)
+        return torch.cat(outs) if outs else torch.empty(0, self.hparams.hidden_dim)
+
     def encode(self, texts: list[str], batch_size: int = 64) -> tuple[torch.Tensor, torch.Tensor]:
         """Posterior parameters (mu, logvar), each (N, Z), for whitespace-tokenised texts."""
         outs = self._evaluate(texts, lambda b: self.encoder(b["tokens"], b["lengths"])[:2], batch_size)

@@ -58,7 +58,7 @@ def test_features_are_the_pooled_encoder_states(tmp_path):
     model = SeqVAE(dm.vocab_size, embed_dim=8, hidden_dim=3, latent_dim=3, pooling="max")
     model.vocab = dm.vocab
     texts = dm.corpora["train"].texts
-    h = load_script().encoder_features(model, texts, batch_size=7)
+    h = model.features([" ".join(t) for t in texts], batch_size=7)
     assert h.shape == (30, 3)
     mu, _ = model.encode([" ".join(t) for t in texts])
     torch.testing.assert_close(model.encoder.to_posterior(h).chunk(2, dim=-1)[0], mu)
