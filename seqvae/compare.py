@@ -210,6 +210,11 @@ def read_curves(path: Path) -> dict[str, dict[float, float]]:
     return out
 
 
+def wide_range(values: list[float]) -> bool:
+    """Positive values spanning more than 3 decades: drawn on a log axis."""
+    return bool(values) and min(values) > 0 and max(values) / min(values) > 1e3
+
+
 def plot(groups: list[dict], out_dir: Path) -> str:
     try:
         from matplotlib.figure import Figure
@@ -235,6 +240,9 @@ def plot(groups: list[dict], out_dir: Path) -> str:
             if len(runs) > 1:
                 ax.fill_between(xs, [min(by_x[x]) for x in xs], [max(by_x[x]) for x in xs], alpha=0.2)
         ax.set(title=metric, xlabel="epoch", ylabel=metric)
+        values = [v for c in (c for runs in curves for c in runs) for v in c.get(metric, {}).values()]
+        if wide_range(values):
+            ax.set_yscale("log")  # one diverging epoch would flatten every other line
         ax.legend(fontsize="small")
         fig.tight_layout()
         fig.savefig(out_dir / f"{metric.replace('/', '_')}.png", dpi=100)

@@ -280,3 +280,10 @@ def test_runs_from_before_and_after_new_run_mechanics_keys_group_together(tmp_pa
     (new / "config.yaml").write_text(yaml.safe_dump(config))
     groups = compare.group_runs(compare.find_runs([str(old), str(new)]))
     assert len(groups) == 1 and groups[0]["stats"]["iw_nll"]["mean"] == 401.0
+
+
+def test_wide_range_decides_the_log_axis():
+    assert compare.wide_range([0.07, 6.0, 156097.0])
+    assert not compare.wide_range([0.07, 6.0, 13.8])  # collapsed vs not: still linear
+    assert not compare.wide_range([-0.02, 0.2, 5000.0])  # MI can be negative: never log
+    assert not compare.wide_range([])
