@@ -110,6 +110,8 @@ class SeqVAE(pl.LightningModule):
         aggressive: Aggressive encoder training (He et al. 2019); None for plain training.
         bn_gamma: BN-VAE (Zhu et al. 2020): batch-normalise the posterior means with this fixed
             scale γ (learned shift), which keeps E[KL] ≥ Z·γ²/2; None to turn off.
+        bn_eps: BatchNorm's ε for BN-VAE. The bound needs the batch variance of the raw means
+            ≫ ε; the default 1e-5 is PyTorch's and Zhu et al.'s.
         generation: What `seqvae predict` writes (see `Generation`); a predict-time setting, not
             saved with the hyper-parameters.
     """
@@ -138,6 +140,7 @@ class SeqVAE(pl.LightningModule):
         init_encoder_from: str | None = None,
         aggressive: AggressiveTraining | None = None,
         bn_gamma: float | None = None,
+        bn_eps: float = 1e-5,
         generation: Generation = Generation(),  # noqa: B008 (frozen: immutable default)
     ):
         super().__init__()
@@ -148,7 +151,7 @@ class SeqVAE(pl.LightningModule):
         self.kl_penalty = kl_penalty or StandardKL()
         self.regularizers = list(regularizers or [])
         self.aggressive = aggressive
-        self.encoder = LSTMEncoder(vocab_size, embed_dim, hidden_dim, latent_dim, pooling, bn_gamma) if latent_dim else None
+        self.encoder = LSTMEncoder(vocab_size, embed_dim, hidden_dim, latent_dim, pooling, bn_gamma, bn_eps) if latent_dim else None
         self.decoder = LSTMDecoder(vocab_size, embed_dim, hidden_dim, latent_dim, dropout_in, dropout_out, skip)
         self.val_metrics = EvalMetrics(latent_dim, hidden_dim, mi_dataset)
         self.test_metrics = EvalMetrics(latent_dim, hidden_dim, mi_dataset)

@@ -57,7 +57,14 @@ def init_uniform(module: nn.Module) -> None:
 
 class LSTMEncoder(nn.Module):
     def __init__(
-        self, vocab_size: int, embed_dim: int, hidden_dim: int, latent_dim: int, pooling: Pooling, bn_gamma: float | None = None
+        self,
+        vocab_size: int,
+        embed_dim: int,
+        hidden_dim: int,
+        latent_dim: int,
+        pooling: Pooling,
+        bn_gamma: float | None = None,
+        bn_eps: float = 1e-5,
     ):
         super().__init__()
         self.pool = POOLINGS[pooling]
@@ -68,8 +75,10 @@ class LSTMEncoder(nn.Module):
         init_uniform(self)
         if bn_gamma is not None:
             # BN-VAE: per dimension, the batch of means has variance γ² (fixed, not learned) and a
-            # learned mean β, so E_batch[mu_d²] = γ² + β² and E[KL] ≥ Z·γ²/2.
-            self.mean_norm = nn.BatchNorm1d(latent_dim)
+            # learned mean β, so E_batch[mu_d²] = γ²·v/(v+ε) + β² and E[KL] ≥ Z·γ²/2 while the
+            # batch variance v of the raw means stays ≫ ε (BatchNorm's eps, 1e-5 by default, as in
+            # Zhu et al.'s code). Below ε the bound fades: the encoder can escape it that way.
+            self.mean_norm = nn.BatchNorm1d(latent_dim, eps=bn_eps)
             nn.init.constant_(self.mean_norm.weight, bn_gamma)
             nn.init.zeros_(self.mean_norm.bias)
             self.mean_norm.weight.requires_grad_(False)

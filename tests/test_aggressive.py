@@ -138,6 +138,33 @@ def test_bn_vae_batch_kl_at_least_its_lower_bound(corpus, gamma):  # noqa: F811
     assert not bn.weight.requires_grad and bn.bias.requires_grad
 
 
+def test_bn_vae_bound_needs_batch_variance_above_eps(corpus):  # noqa: F811
+    # Raw means whose batch variance v is ≪ 1e-5 (nearly identical documents): with the default
+    # ε = 1e-5 BatchNorm shrinks them to a spread of γ²·v/(v+ε) ≪ γ², and the KL bound is gone;
+    # with bn_eps ≪ v it holds again. (The yahoo10k BN-VAE run escaped its bound this way.)
+    root, _ = corpus
+    dm = datamodule(root)
+    batch = max(dm.train_dataloader(), key=lambda b: len(b["lengths"]))  # buckets vary in size
+    gamma, z = 0.6, 4
+    kls = {}
+    for eps in (1e-5, 1e-12):
+        torch.manual_seed(0)
+        model = tiny_model(dm.vocab_size, bn_gamma=gamma, bn_eps=eps)
+        # The untrained tiny encoder's features barely vary across texts: with these weights
+        # the raw means have a batch variance of ~1e-8..1e-6 (asserted below).
+        model.encoder.to_posterior.weight.data.normal_(0, 1.0)
+        model.train()
+        with torch.no_grad():
+            raw = model.encoder.to_posterior(model.encoder.features(batch["tokens"], batch["lengths"]))[:, :z]
+            mu, logvar, _ = model.encoder(batch["tokens"], batch["lengths"])
+        v = raw.var(0, unbiased=False)
+        assert len(v) == z and 1e-9 < v.min() and v.max() < 1e-6  # the constructed regime: v well below the default ε
+        torch.testing.assert_close(mu.pow(2).mean(0), gamma**2 * v / (v + eps), rtol=1e-3, atol=1e-9)
+        kls[eps] = gaussian_kl(mu, logvar).sum(-1).mean().item()
+    bound = z * gamma**2 / 2
+    assert kls[1e-5] < 0.2 * bound <= bound - 1e-3 < kls[1e-12]
+
+
 def test_encoder_pretraining_keeps_encoder_and_fresh_decoder(corpus, tmp_path):  # noqa: F811
     root, _ = corpus
     dm = datamodule(root)
