@@ -151,7 +151,9 @@ class SeqVAE(pl.LightningModule):
         self.kl_penalty = kl_penalty or StandardKL()
         self.regularizers = list(regularizers or [])
         self.aggressive = aggressive
-        self.encoder = LSTMEncoder(vocab_size, embed_dim, hidden_dim, latent_dim, pooling, bn_gamma, bn_eps) if latent_dim else None
+        self.encoder = None
+        if latent_dim:
+            self.encoder = LSTMEncoder(vocab_size, embed_dim, hidden_dim, latent_dim, pooling, bn_gamma, bn_eps)
         self.decoder = LSTMDecoder(vocab_size, embed_dim, hidden_dim, latent_dim, dropout_in, dropout_out, skip)
         self.val_metrics = EvalMetrics(latent_dim, hidden_dim, mi_dataset)
         self.test_metrics = EvalMetrics(latent_dim, hidden_dim, mi_dataset)
