@@ -7,6 +7,8 @@ The grid file (see configs/sweeps/):
     root: runs/sweeps/demo               # cell run directories: <root>/<variant>/seed<N>/
     configs: [configs/demo.yaml]         # base config files, for every cell
     overrides: {trainer.max_epochs: 3}   # optional dotted overrides, for every cell
+    export: docs/results/demo            # optional: finished cells' config.yaml, metrics.json and
+                                         #   curves.csv are copied to <export>/<variant>/seed<N>/
     seeds: [1, 2]                        # seed_everything of each cell
     variants:                            # one row of the grid each
       - name: last                       # its directory name
@@ -32,6 +34,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 import threading
@@ -44,7 +47,7 @@ import yaml
 
 from . import compare
 
-GRID_KEYS = ("root", "configs", "overrides", "seeds", "variants")
+GRID_KEYS = ("root", "configs", "overrides", "seeds", "variants", "export")
 VARIANT_KEYS = ("name", "configs", "overrides", "needs")
 RESERVED = ("seed_everything", "trainer.logger", "ckpt_path", "config")  # set by the sweep itself
 VARIABLES = ("seed", "variant", "root")
@@ -67,6 +70,7 @@ class Cell:
     run_dir: Path
     args: list[str]  # `seqvae fit` arguments, without --ckpt_path
     needs: list[Path] = field(default_factory=list)  # run directories that must have finished first
+    export_dir: Path | None = None  # where its small result files are copied once it finished
 
     @property
     def name(self) -> str:
@@ -175,6 +179,9 @@ def _cells(grid) -> list[Cell]:
     root = grid["root"]
     if not isinstance(root, str):
         raise GridError("root: expected a directory path")
+    export = grid.get("export")
+    if export is not None and not isinstance(export, str):
+        raise GridError("export: expected a directory path")
     configs = _config_list(grid["configs"], "configs")
     common = _overrides(grid.get("overrides"), "overrides")
     seeds = grid["seeds"]
@@ -222,7 +229,9 @@ def _cells(grid) -> list[Cell]:
                 "--trainer.logger.init_args.version", f"seed{seed}",
             ]  # fmt: skip
             needs = [Path(root) / n / f"seed{seed}" for n in v["needs"]]
-            cells.append(Cell(len(cells) + 1, total, v["name"], seed, Path(root) / v["name"] / f"seed{seed}", args, needs))
+            run_dir = Path(root) / v["name"] / f"seed{seed}"
+            export_dir = Path(export) / v["name"] / f"seed{seed}" if export else None
+            cells.append(Cell(len(cells) + 1, total, v["name"], seed, run_dir, args, needs, export_dir))
     return cells
 
 
@@ -355,6 +364,31 @@ def write_curves(run_dir: Path) -> None:
     compare.write_curves(run_dir, out)
 
 
+def export_cell(cell: Cell) -> bool:
+    """Copies a finished cell's config.yaml, metrics.json and curves.csv to its export directory
+    (small files, meant to be committed; checkpoints and event files stay in the run directory).
+    Returns whether it copied (False: no export directory, or already there and up to date)."""
+    if cell.export_dir is None:
+        return False
+    done = cell.export_dir / "metrics.json"
+    if done.exists() and done.stat().st_mtime >= (cell.run_dir / "metrics.json").stat().st_mtime:
+        return False
+    cell.export_dir.mkdir(parents=True, exist_ok=True)
+    for name in ("config.yaml", "curves.csv", "metrics.json"):  # metrics.json last: it marks "complete"
+        if (cell.run_dir / name).exists():
+            shutil.copy2(cell.run_dir / name, cell.export_dir / name)
+    return True
+
+
+def finish(cell: Cell) -> None:
+    try:
+        write_curves(cell.run_dir)
+    except Exception as err:  # noqa: BLE001 - the table does not need the curves
+        say(f"{cell.tag}: no curves.csv ({' '.join(str(err).split())})")
+    if export_cell(cell):
+        say(f"{cell.tag}: results copied to {cell.export_dir}")
+
+
 def run_grid(cells: list[Cell], jobs: int = 1) -> list[Cell]:
     """Runs the cells that have not finished, in grid order, `jobs` at a time (a cell whose
     `needs` are still running waits for them). Returns the cells that failed or were blocked."""
@@ -383,6 +417,7 @@ def run_grid(cells: list[Cell], jobs: int = 1) -> list[Cell]:
                 if cell.state() == "finished":
                     pending.remove(cell)
                     say(f"{cell.tag}: finished ({cell.run_dir / 'metrics.json'}), skipped")
+                    finish(cell)  # a run finished by hand, or an export directory added later
                     counts["skipped"] += 1
                     settled += 1
                     progress()
@@ -415,11 +450,8 @@ def run_grid(cells: list[Cell], jobs: int = 1) -> list[Cell]:
                 if code == 0 and cell.state() == "finished":
                     durations.append(took)
                     counts["ran"] += 1
-                    try:
-                        write_curves(cell.run_dir)
-                    except Exception as err:  # noqa: BLE001 - the table does not need the curves
-                        say(f"{cell.tag}: no curves.csv ({' '.join(str(err).split())})")
                     say(f"{cell.tag}: done in {clock(took)}")
+                    finish(cell)
                 else:
                     counts["failed"] += 1
                     failed.append(cell)

@@ -16,7 +16,7 @@ from test_model import write_corpus
 from seqvae.cli import SeqVAECLI
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
-VARIANTS = sorted(p.stem for p in (CONFIGS / "yahoo10k").glob("*.yaml") if p.stem != "base")
+VARIANTS = sorted(p.stem for p in (CONFIGS / "yahoo10k").glob("*.yaml") if not p.stem.startswith("base"))
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +40,7 @@ def build(configs, root, tmp_path, extra=()):
 
 def test_every_variant_has_all_three_datasets():
     for ds in ("yahoo", "yelp"):
-        assert sorted(p.stem for p in (CONFIGS / ds).glob("*.yaml") if p.stem != "base") == VARIANTS
+        assert sorted(p.stem for p in (CONFIGS / ds).glob("*.yaml") if not p.stem.startswith("base")) == VARIANTS
 
 
 @pytest.mark.parametrize("dataset", ["yahoo", "yelp", "yahoo10k"])
@@ -61,7 +61,7 @@ def test_config_instantiates(dataset, variant, tiny, tmp_path):
         assert model.kl_schedule.weight(0, 10, 100) == 0.0 and cli.trainer.checkpoint_callback.monitor == "val/rec"
 
 
-@pytest.mark.parametrize("variant", sorted(p.stem for p in (CONFIGS / "yahoo10k").glob("*.yaml") if p.stem != "base"))
+@pytest.mark.parametrize("variant", VARIANTS)
 def test_yahoo10k_variant_trains(variant, tiny, tmp_path):
     extra = ["--model.init_encoder_from=null"] if variant == "freebits" else []
     extra += ["--trainer.max_epochs=1", "--trainer.limit_train_batches=2", "--trainer.limit_val_batches=2",
@@ -171,3 +171,26 @@ def test_predict_generation_modes(tiny, tmp_path, capsys):
     (tmp_path / "odd.txt").write_text("a b\nthe cat\nblue\n")
     with pytest.raises(ConfigError, match="pairs of lines"):
         SeqVAECLI(args=["predict", *common, f"--data.predict={tmp_path / 'odd.txt'}", f"--ckpt_path={ckpt}", *steps])
+
+
+def test_short_grid_cells_build_at_the_short_scale(tiny, tmp_path, monkeypatch):
+    from seqvae import ConstantKL, CyclicalKL, LinearKLWarmup, sweep
+
+    monkeypatch.chdir(CONFIGS.parent)
+    cells = sweep.load_grid("configs/sweeps/yahoo10k_short.yaml")
+    assert sorted({c.variant for c in cells}) == sorted(set(VARIANTS) - {"aggressive"})
+    assert all(c.export_dir == Path("docs/results/yahoo10k_short") / c.variant / f"seed{c.seed}" for c in cells)
+    for cell in (c for c in cells if c.seed == 1):
+        configs = [cell.args[i + 1] for i, a in enumerate(cell.args) if a == "--config"]
+        rest = [a for i, a in enumerate(cell.args) if a != "--config" and (i == 0 or cell.args[i - 1] != "--config")]
+        rest = [f"{k}={v}" for k, v in zip(rest[::2], rest[1::2]) if not k.startswith("--trainer.logger")]
+        if cell.variant == "freebits":
+            assert "--model.init_encoder_from=runs/yahoo10k_short/autoencoder/seed1/checkpoints/best.ckpt" in rest
+            rest = [a for a in rest if not a.startswith("--model.init_encoder_from")] + ["--model.init_encoder_from=null"]
+        cli = build(configs, tiny, tmp_path, rest)
+        assert cli.trainer.max_epochs == 6, cell.variant
+        schedule = cli.model.kl_schedule
+        expected = {"beta": ConstantKL, "autoencoder": ConstantKL, "cyclical": CyclicalKL}.get(cell.variant, LinearKLWarmup)
+        assert type(schedule) is expected, cell.variant
+        if expected is LinearKLWarmup:  # 3 warm-up epochs, whatever the variant's own length
+            assert schedule.warmup_epochs == 3 and schedule.start == (0.0 if cell.variant == "freebits" else 0.1)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import shutil
 import sys
 from pathlib import Path
 
@@ -53,7 +54,7 @@ def test_shipped_demo_grid(in_repo):
 
 def test_shipped_yahoo10k_grid_matches_the_script(in_repo):
     cells = sweep.load_grid("configs/sweeps/yahoo10k.yaml")
-    methods = sorted(p.stem for p in Path("configs/yahoo10k").glob("*.yaml") if p.stem != "base")
+    methods = sorted(p.stem for p in Path("configs/yahoo10k").glob("*.yaml") if not p.stem.startswith("base"))
     assert sorted({c.variant for c in cells}) == methods
     assert len(cells) == 3 * len(methods) and {c.seed for c in cells} == {1, 2, 3}
     for c in cells:
@@ -93,7 +94,7 @@ def test_values_and_precedence(in_repo, tmp_path):
 
 
 BAD_GRIDS = [
-    (grid(extra=1), "extra: unknown key (expected root, configs, overrides, seeds, variants)"),
+    (grid(extra=1), "extra: unknown key (expected root, configs, overrides, seeds, variants, export)"),
     ({k: v for k, v in grid().items() if k != "seeds"}, "seeds: missing"),
     (grid(seeds=[1, "two"]), "seeds: expected a list of integers"),
     (grid(seeds=[1, 1]), "seeds: repeated seed"),
@@ -122,7 +123,8 @@ BAD_GRIDS = [
         "variants[0].overrides.model.init_encoder_from: unknown interpolation ${sed} (known: ${seed}, ${variant}, ${root})",
     ),
     (grid(variants=[]), "variants: missing"),
-    ("- just\n- a list\n", "expected a mapping with keys root, configs, overrides, seeds, variants"),
+    (grid(export=["x"]), "export: expected a directory path"),
+    ("- just\n- a list\n", "expected a mapping with keys root, configs, overrides, seeds, variants, export"),
 ]
 
 
@@ -317,3 +319,26 @@ def test_jobs_run_cells_side_by_side_and_needs_wait(in_repo, tmp_path, capsys, m
     assert times["a"][0] < times["b"][1] and times["b"][0] < times["a"][1]  # a and b overlapped
     assert times["dep"][0] >= times["a"][1]  # dep started after what it needs had finished
     assert "seqvae sweep: 3 cells (3 ran) in " in err
+
+
+def test_export_copies_each_finished_cell_and_backfills_skipped_ones(in_repo, tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(sweep, "fit_command", lambda args: [sys.executable, "-c", FAKE_FIT, *args])
+    root, export = tmp_path / "runs", tmp_path / "results"
+    path = write_grid(tmp_path / "grid.yaml", grid(root=str(root), export=str(export), seeds=[1, 2]))
+    assert sweep.main([str(path)]) == 0
+    err = capsys.readouterr().err
+    for v in ("last", "max"):
+        for seed in (1, 2):
+            run, dst = root / v / f"seed{seed}", export / v / f"seed{seed}"
+            for name in ("config.yaml", "metrics.json"):
+                assert (dst / name).read_bytes() == (run / name).read_bytes()
+            assert not (dst / "times.json").exists()  # only the result files travel
+            assert f"{v}/seed{seed}: results copied to {dst}\n" in err
+    # A rerun skips every cell and copies nothing up to date; a deleted export is refilled.
+    stamp = (export / "last" / "seed1" / "metrics.json").stat().st_mtime_ns
+    shutil.rmtree(export / "max")
+    assert sweep.main([str(path)]) == 0
+    err = capsys.readouterr().err
+    assert "last/seed1: results copied" not in err and "max/seed2: results copied" in err
+    assert (export / "last" / "seed1" / "metrics.json").stat().st_mtime_ns == stamp
+    assert (export / "max" / "seed1" / "metrics.json").is_file()
