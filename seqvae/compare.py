@@ -160,7 +160,9 @@ def render(groups: list[dict], fmt: str) -> str:
             stats = [g["stats"][mid][s] for mid, *_ in METRICS for s in ("mean", "std")]
             writer.writerow([g["label"], len(g["runs"]), *("" if v is None else repr(v) for v in stats)])
         return buf.getvalue()
-    headers = [h for mid, h, _, _ in METRICS if mid not in ("encoder_updates", "decoder_updates", "train_minutes")]
+    # Markdown is for reading: a metric column no run has (e.g. one added after the runs) is left out.
+    shown = [(mid, h, d) for mid, h, _, d in METRICS if any(g["stats"][mid]["mean"] is not None for g in groups)]
+    headers = [h for mid, h, _ in shown if mid not in ("encoder_updates", "decoder_updates", "train_minutes")]
     headers += ["enc / dec updates", "train minutes"]
     lines = ["| run | n | " + " | ".join(headers) + " |", "|---" * (len(headers) + 2) + "|"]
     for g in groups:
@@ -168,7 +170,8 @@ def render(groups: list[dict], fmt: str) -> str:
         updates = f"{cells.pop('encoder_updates')} / {cells.pop('decoder_updates')}"
         minutes = cells.pop("train_minutes")
         label = g["label"].replace("|", "\\|")
-        lines.append(f"| {label} | {len(g['runs'])} | " + " | ".join([*cells.values(), updates, minutes]) + " |")
+        values = [cells[mid] for mid, _, _ in shown if mid in cells]
+        lines.append(f"| {label} | {len(g['runs'])} | " + " | ".join([*values, updates, minutes]) + " |")
     return "\n".join(lines) + "\n"
 
 

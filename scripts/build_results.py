@@ -1,0 +1,85 @@
+"""Rebuild the generated tables (and figures) of docs/results.md from the committed result files.
+
+    python scripts/build_results.py            # rewrite the tables in place, redraw the figures
+    python scripts/build_results.py --check    # exit 1 naming the first stale table (a CI test)
+
+A generated block is the output of `seqvae compare ARGS` between two marker lines:
+
+    <!-- compare 'docs/results/yahoo10k/*/seed1' --label dir --plots docs/figures/yahoo10k_table1 -->
+    | run | n | IW-NLL | ...
+    <!-- /compare -->
+
+`--plots DIR` in ARGS redraws that block's figures (not under --check: they need matplotlib and
+PNG bytes differ across versions). The prose around the blocks is written by hand; only the
+tables are guaranteed to match `docs/results/`. Paths are relative to the repository root.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import os
+import re
+import shlex
+import sys
+from pathlib import Path
+
+from seqvae import compare
+
+ROOT = Path(__file__).resolve().parents[1]
+BLOCK = re.compile(r"^<!-- compare (?P<args>.+?) -->\n(?P<body>.*?)^<!-- /compare -->$", re.M | re.S)
+
+
+def table(args: list[str], where: str) -> str:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = compare.main(args)
+    if code != 0:
+        raise SystemExit(f"{where}: seqvae compare {shlex.join(args)} failed: {err.getvalue().strip()}")
+    return out.getvalue()
+
+
+def rebuild(text: str, doc: str, draw: bool) -> tuple[str, list[str]]:
+    """The document with every block regenerated, and the marker lines of the blocks that changed."""
+    stale, parts, end = [], [], 0
+    for m in BLOCK.finditer(text):
+        line = text.count("\n", 0, m.start()) + 1
+        args = shlex.split(m["args"])
+        if not draw and "--plots" in args:
+            i = args.index("--plots")
+            args = args[:i] + args[i + 2 :]
+        body = table(args, f"{doc}:{line}")
+        if body != m["body"]:
+            stale.append(f"{doc}:{line}: <!-- compare {m['args']} -->")
+        parts += [text[end : m.start("body")], body]
+        end = m.end("body")
+    return "".join(parts) + text[end:], stale
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("doc", nargs="?", default="docs/results.md")
+    parser.add_argument("--check", action="store_true", help="change nothing; exit 1 if a table is out of date")
+    args = parser.parse_args(argv)
+    os.chdir(ROOT)
+    path = Path(args.doc)
+    text = path.read_text(encoding="utf-8")
+    if not BLOCK.search(text):
+        print(f"{path}: no <!-- compare ... --> blocks", file=sys.stderr)
+        return 2
+    new, stale = rebuild(text, str(path), draw=not args.check)
+    if args.check:
+        for s in stale:
+            print(f"out of date: {s} (run python scripts/build_results.py)", file=sys.stderr)
+        return 1 if stale else 0
+    if new != text:
+        tmp = path.with_name(f".{path.name}.tmp")
+        tmp.write_text(new, encoding="utf-8")
+        tmp.replace(path)  # atomic: an error above leaves the old file whole
+    print(f"{path}: {len(BLOCK.findall(new))} tables, {len(stale)} updated")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

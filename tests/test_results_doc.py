@@ -1,0 +1,35 @@
+"""docs/results.md: its generated tables match the committed result files (scripts/build_results.py)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def build_results():
+    spec = importlib.util.spec_from_file_location("build_results", REPO / "scripts" / "build_results.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_committed_results_doc_is_up_to_date(capsys):
+    assert build_results().main(["--check"]) == 0, capsys.readouterr().err
+
+
+def test_stale_table_is_named_then_rebuilt(tmp_path, capsys):
+    mod = build_results()
+    doc = tmp_path / "doc.md"
+    marker = "<!-- compare docs/results/yahoo10k/last/seed1 docs/results/yahoo10k/max/seed1 -->"
+    doc.write_text(f"# t\n\nprose\n{marker}\n| old | table |\n<!-- /compare -->\nmore prose\n")
+    assert mod.main([str(doc), "--check"]) == 1
+    assert capsys.readouterr().err == f"out of date: {doc}:4: {marker} (run python scripts/build_results.py)\n"
+    assert mod.main([str(doc)]) == 0
+    text = doc.read_text()
+    assert text.startswith(f"# t\n\nprose\n{marker}\n| run | n | IW-NLL |") and text.endswith("<!-- /compare -->\nmore prose\n")
+    nll = json.loads((REPO / "docs/results/yahoo10k/max/seed1/metrics.json").read_text())["test/iw_nll"]
+    assert f"| pooling=max | 1 | {nll:.2f} |" in text and "| old |" not in text
+    assert mod.main([str(doc), "--check"]) == 0
