@@ -16,11 +16,13 @@ def build_results():
     return module
 
 
-def test_committed_results_doc_is_up_to_date(capsys):
+def test_committed_results_doc_is_up_to_date(capsys, monkeypatch):
+    monkeypatch.chdir(REPO)  # main() changes to the repository root; this restores the cwd after
     assert build_results().main(["--check"]) == 0, capsys.readouterr().err
 
 
-def test_stale_table_is_named_then_rebuilt(tmp_path, capsys):
+def test_stale_table_is_named_then_rebuilt(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(REPO)
     mod = build_results()
     doc = tmp_path / "doc.md"
     marker = "<!-- compare docs/results/yahoo10k/last/seed1 docs/results/yahoo10k/max/seed1 -->"
