@@ -91,7 +91,10 @@ class LSTMEncoder(nn.Module):
     def forward(self, tokens: torch.Tensor, lengths: torch.Tensor):
         """Returns mu, logvar (B, Z) and the pooled features h (B, H). log σ² is not clamped."""
         h = self.features(tokens, lengths)
-        mu, logvar = self.to_posterior(h).chunk(2, dim=-1)
+        # fp32 from here on under bf16 autocast: the densities (KL, log q(z|x), IW weights) of
+        # z ~ N(mu, σ²) need more than bf16's 3 significant digits. No-ops in fp32.
+        mu, logvar = self.to_posterior(h).float().chunk(2, dim=-1)
+        h = h.float()
         if self.mean_norm is not None:
             bn = self.mean_norm
             if self.training and mu.size(0) == 1:
@@ -262,8 +265,8 @@ class LSTMDecoder(nn.Module):
         targets = tokens[:, 1:]  # (B, T-1)
         flat_z = None if z is None else z.reshape(B * K, -1)
         logits = self(inputs.repeat_interleave(K, 0), flat_z)  # (B*K, T-1, V)
-        nll = F.cross_entropy(
-            logits.reshape(B * K * (T - 1), -1), targets.repeat_interleave(K, 0).reshape(-1), reduction="none"
+        nll = F.cross_entropy(  # in fp32 under bf16 autocast too: sums of ~100 log-probs
+            logits.float().reshape(B * K * (T - 1), -1), targets.repeat_interleave(K, 0).reshape(-1), reduction="none"
         ).view(B, K, T - 1)
         mask = torch.arange(T - 1, device=tokens.device) < (lengths - 1).unsqueeze(1)  # (B, T-1)
         return -(nll * mask.unsqueeze(1)).sum(-1)
