@@ -98,14 +98,9 @@ def test_predict_writes_one_reconstruction_per_input_line_in_order(tiny, tmp_pat
 
 
 def test_export_and_compare_round_trip(tiny, tmp_path, capsys):
-    import importlib.util
     import json
 
-    def script(name):
-        spec = importlib.util.spec_from_file_location(name, CONFIGS.parent / "scripts" / f"{name}.py")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        return module
+    from script_loader import load_script
 
     args = [f"--config={CONFIGS / 'demo.yaml'}", f"--data.train={tiny / 'train.txt'}", f"--data.val={tiny / 'valid.txt'}",
             f"--data.test={tiny / 'test.txt'}", "--model.embed_dim=8", "--model.hidden_dim=12", "--model.latent_dim=4",
@@ -113,7 +108,7 @@ def test_export_and_compare_round_trip(tiny, tmp_path, capsys):
             "--trainer.enable_model_summary=false"]  # fmt: skip
     SeqVAECLI(args=["fit", *args])
     run = tmp_path / "demo" / "version_0"
-    script("export_run").main(str(run), str(tmp_path / "out" / "demo" / "seed1"))
+    load_script("export_run").main(str(run), str(tmp_path / "out" / "demo" / "seed1"))
     exported = tmp_path / "out" / "demo" / "seed1"
     assert sorted(p.name for p in exported.iterdir()) == ["config.yaml", "curves.csv", "metrics.json"]
     rows = (exported / "curves.csv").read_text().splitlines()

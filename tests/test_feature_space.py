@@ -2,22 +2,19 @@
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
 import torch
 import yaml
+from script_loader import load_script
 from test_model import write_corpus
 
 REPO = Path(__file__).resolve().parents[1]
 
 
-def load_script():
-    spec = importlib.util.spec_from_file_location("feature_space", REPO / "scripts" / "feature_space.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def load_feature_space():
+    return load_script("feature_space")
 
 
 def test_feature_space_trains_then_loads(tmp_path, monkeypatch, capsys):
@@ -31,7 +28,7 @@ def test_feature_space_trains_then_loads(tmp_path, monkeypatch, capsys):
         "trainer": {"enable_model_summary": False},
     }
     (tmp_path / "tiny.yaml").write_text(yaml.safe_dump(tiny))
-    script = load_script()
+    script = load_feature_space()
     argv = ["--config", str(tmp_path / "tiny.yaml"), "--epochs", "1"]
     argv += ["--root", str(tmp_path / "runs"), "--out", str(tmp_path / "fig")]
     assert script.main(argv) == 0

@@ -2,18 +2,16 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
+
+from script_loader import load_script
 
 REPO = Path(__file__).resolve().parents[1]
 
 
 def build_results():
-    spec = importlib.util.spec_from_file_location("build_results", REPO / "scripts" / "build_results.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("build_results")
 
 
 def test_committed_results_doc_is_up_to_date(capsys, monkeypatch):
