@@ -90,12 +90,26 @@ class SeqVAECLI(LightningCLI):
         parser.add_lightning_class_args(PlateauRule, "plateau")
         parser.add_lightning_class_args(PeriodicCheckpoint, "periodic_checkpoint")
 
+    def _check_ckpt_path(self):
+        # Lightning would fail on it deep inside the run, after the run directory was written.
+        ckpt = self.config_init[self.subcommand].get("ckpt_path")
+        if ckpt and ckpt not in ("best", "last", "hpc", "registry") and not Path(ckpt).is_file():
+            raise ConfigError(f"ckpt_path: no such checkpoint file {ckpt}")
+
+    def before_validate(self):
+        self._check_ckpt_path()
+
+    def before_test(self):
+        self._check_ckpt_path()
+
     def before_predict(self):
+        self._check_ckpt_path()
         # Before Lightning launches the other ranks, so a single clear line, not a rank crash.
         if self.trainer.world_size > 1:
             raise ConfigError("trainer.strategy/devices: predict runs on one device (it writes one file in input order)")
 
     def before_fit(self):
+        self._check_ckpt_path()
         if self.trainer.world_size > 1 and self.model.aggressive is not None:
             raise ConfigError(AGGRESSIVE_DDP)
         if self.config_init["fit"].get("ckpt_path"):

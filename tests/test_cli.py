@@ -231,6 +231,7 @@ BAD_INPUTS = {
     "abbreviated_option": (["--trainer.max_epoch", "1"], ["--trainer.max_epoch"]),
     "invalid_pooling": (["--model.pooling", "nosuch"], ["model.pooling", "nosuch"]),
     "line_range_past_eof": (["--data.train_lines", "1-1000"], ["data.train", "{train}", "1-1000", "100 lines"]),
+    "missing_checkpoint": (["--ckpt_path", "{missing}"], ["ckpt_path", "no such checkpoint file", "{missing}"]),
 }
 
 
