@@ -72,6 +72,20 @@ class SeqVAECLI(LightningCLI):
             run=run,
         )
 
+    # Evaluation settings, not part of what a checkpoint is: on `--ckpt_path` (any
+    # subcommand), Lightning replaces the model's config with the checkpoint's hyper-parameters,
+    # which would silently evaluate with the K the run was trained with. These keys keep the
+    # value of this command's config (its --config files and --model.* options).
+    EVAL_KEYS = ("val_iw_samples", "test_iw_samples", "iw_max_elements", "mi_dataset", "eval_seed")
+
+    def _parse_ckpt_path(self):
+        sub = self.config.get("subcommand")
+        model = self.config[sub].get("model") if sub else None
+        keep = {k: model.get(k) for k in self.EVAL_KEYS if k in model} if model is not None else {}
+        super()._parse_ckpt_path()
+        for k, v in keep.items():
+            self.config[sub]["model"][k] = v
+
     def add_arguments_to_parser(self, parser):
         parser.link_arguments("data.vocab_size", "model.vocab_size", apply_on="instantiate")
         parser.add_lightning_class_args(ModelCheckpoint, "checkpoint")
@@ -164,7 +178,7 @@ class SeqVAECLI(LightningCLI):
         if not self.trainer.is_global_zero:  # DDP: every rank has the same (reduced) metrics
             return
         metrics = {k: float(v) for k, v in self.trainer.callback_metrics.items() if k.startswith("test/")}
-        metrics.update({"best_updates": self.model.num_updates, **extra})
+        metrics.update({"best_updates": self.model.num_updates, "iw_samples": self.model.hparams.test_iw_samples, **extra})
         metrics["data"] = self.datamodule.summary()
         path = write_new_file(run_dir / "metrics.json", json.dumps(metrics, indent=2, sort_keys=True) + "\n")
         width = max(len(k) for k in metrics)

@@ -189,3 +189,22 @@ def test_short_grid_cells_build_at_the_short_scale(tiny, tmp_path, monkeypatch):
         assert type(schedule) is expected, cell.variant
         if expected is LinearKLWarmup:  # 3 warm-up epochs, whatever the variant's own length
             assert schedule.warmup_epochs == 3 and schedule.start == (0.0 if cell.variant == "freebits" else 0.1)
+
+
+def test_test_with_checkpoint_takes_evaluation_settings_from_the_command(tiny, tmp_path):
+    # Lightning puts the checkpoint's hyper-parameters over the command's model config; the
+    # architecture must come from the checkpoint, but K, the eval seed etc. from the command.
+    import json
+
+    common = [f"--config={CONFIGS / 'demo.yaml'}", f"--data.train={tiny / 'train.txt'}", f"--data.val={tiny / 'valid.txt'}",
+              f"--data.test={tiny / 'test.txt'}", "--model.embed_dim=8", "--model.hidden_dim=12", "--model.latent_dim=4",
+              f"--trainer.logger.init_args.save_dir={tmp_path}", "--trainer.max_epochs=1",
+              "--trainer.enable_model_summary=false"]  # fmt: skip
+    SeqVAECLI(args=["fit", *common, "--model.test_iw_samples=2", "--model.val_iw_samples=0"])
+    run = tmp_path / "demo" / "version_0"
+    assert json.loads((run / "metrics.json").read_text())["iw_samples"] == 2
+    ckpt = run / "checkpoints" / "best.ckpt"
+    plain = [a for a in common if "dim=" not in a]  # the architecture is not given: from the checkpoint
+    cli = SeqVAECLI(args=["test", *plain, f"--ckpt_path={ckpt}", "--model.test_iw_samples=7", "--model.eval_seed=3"])
+    assert (cli.model.hparams.hidden_dim, cli.model.hparams.test_iw_samples, cli.model.hparams.eval_seed) == (12, 7, 3)
+    assert json.loads((tmp_path / "demo" / "version_1" / "metrics.json").read_text())["iw_samples"] == 7
