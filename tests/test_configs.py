@@ -208,3 +208,26 @@ def test_test_with_checkpoint_takes_evaluation_settings_from_the_command(tiny, t
     cli = SeqVAECLI(args=["test", *plain, f"--ckpt_path={ckpt}", "--model.test_iw_samples=7", "--model.eval_seed=3"])
     assert (cli.model.hparams.hidden_dim, cli.model.hparams.test_iw_samples, cli.model.hparams.eval_seed) == (12, 7, 3)
     assert json.loads((tmp_path / "demo" / "version_1" / "metrics.json").read_text())["iw_samples"] == 7
+
+
+def test_encoder_diagnostics_on_a_trained_run(tiny, tmp_path, capsys):
+    from script_loader import load_script
+
+    args = [f"--config={CONFIGS / 'demo.yaml'}", f"--data.train={tiny / 'train.txt'}", f"--data.val={tiny / 'valid.txt'}",
+            f"--data.test={tiny / 'test.txt'}", "--model.embed_dim=8", "--model.hidden_dim=12", "--model.latent_dim=4",
+            "--model.test_iw_samples=2", f"--trainer.logger.init_args.save_dir={tmp_path}", "--trainer.max_epochs=1",
+            "--trainer.enable_model_summary=false"]  # fmt: skip
+    SeqVAECLI(args=["fit", *args])
+    run = tmp_path / "demo" / "version_0"
+    tool = load_script("encoder_diagnostics")
+    d = tool.diagnose(run, batches=2)
+    params = d["params"]
+    assert set(params) == {n for n, _ in SeqVAECLI(args=args, run=False).model.named_parameters()}
+    trained = torch.load(run / "checkpoints" / "best.ckpt", weights_only=False)["state_dict"]
+    assert params["encoder.lstm.weight_ih_l0"]["norm"] == pytest.approx(float(trained["encoder.lstm.weight_ih_l0"].norm()))
+    assert all(r["grad"] > 0 for n, r in params.items() if n.startswith(("encoder.embed", "encoder.lstm", "encoder.to_")))
+    assert 0 < d["clip_factor"] <= 1 and 0 < d["feature_std"] and 0 < d["mu_std"]
+    assert tool.main([str(run), "--batches", "1"]) == 0
+    assert "encoder features: mean |h|" in capsys.readouterr().out
+    with pytest.raises(SystemExit, match="no such checkpoint"):
+        tool.diagnose(tmp_path / "nope")

@@ -1,0 +1,87 @@
+"""Is the encoder learning at all? Per-parameter norms (now, and for a fresh initialisation of
+the same model), gradient norms of the reconstruction term on a few training batches, the share
+of the step that gradient clipping leaves, and how much the encoder features vary across texts.
+
+    python scripts/encoder_diagnostics.py RUN_DIR [--batches 3] [--checkpoint best|last]
+
+RUN_DIR is a run directory (config.yaml, checkpoints/). Reads the run's own training data.
+A collapsed run whose encoder weights are still at their initial scale, with features that vary
+across texts by a fraction of a percent of their size, never learned to encode: the collapse is
+upstream of the KL term (an autoencoder with KL weight 0 can show it too).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import pytorch_lightning as pl
+import torch
+import yaml
+
+from seqvae import SeqVAE, TextDataModule
+from seqvae.metrics import sample_posterior
+
+
+def diagnose(run: Path, checkpoint: str = "best", batches: int = 3, seed: int = 0) -> dict:
+    ckpt = run / "checkpoints" / f"{checkpoint}.ckpt"
+    if not ckpt.is_file():
+        raise SystemExit(f"encoder_diagnostics: error: {ckpt}: no such checkpoint")
+    model = SeqVAE.load_from_checkpoint(ckpt, map_location="cpu")
+    if model.encoder is None:
+        raise SystemExit(f"encoder_diagnostics: error: {ckpt}: a language model has no encoder")
+    pl.seed_everything(seed, verbose=False)
+    fresh = SeqVAE(**{k: v for k, v in model.hparams.items() if k != "init_encoder_from"})
+    config = yaml.safe_load((run / "config.yaml").read_text())
+    dm = TextDataModule(**config["data"])
+    dm.setup("fit")
+    model.train()
+    torch.manual_seed(seed)
+    params = dict(model.named_parameters())
+    grads = {n: 0.0 for n in params}
+    clip = model.hparams.grad_clip
+    rows = {"feature_std": [], "feature_abs": [], "mu_std": [], "clip_factor": []}
+    for _, batch in zip(range(batches), dm.train_dataloader()):
+        model.zero_grad()
+        tokens, lengths = batch["tokens"], batch["lengths"]
+        mu, logvar, h = model.encoder(tokens, lengths)
+        rec = -model.decoder.log_likelihood(tokens, lengths, sample_posterior(mu, logvar, 1))[:, 0].mean()
+        rec.backward()
+        total = torch.sqrt(sum(p.grad.pow(2).sum() for p in params.values() if p.grad is not None))
+        for n, p in params.items():
+            grads[n] += 0.0 if p.grad is None else float(p.grad.norm()) / batches
+        if len(lengths) > 1:
+            rows["feature_std"].append(float(h.detach().std(0).mean()))
+            rows["mu_std"].append(float(mu.detach().std(0).mean()))
+        rows["feature_abs"].append(float(h.detach().abs().mean()))
+        rows["clip_factor"].append(min(1.0, clip / float(total)) if clip else 1.0)
+    init = dict(fresh.named_parameters())
+    norms = {n: {"norm": float(p.norm()), "fresh_norm": float(init[n].norm()), "grad": grads[n]} for n, p in params.items()}
+    return {"params": norms, **{k: sum(v) / len(v) if v else float("nan") for k, v in rows.items()}}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("run", type=Path)
+    p.add_argument("--checkpoint", default="best", choices=["best", "last"])
+    p.add_argument("--batches", type=int, default=3)
+    args = p.parse_args(argv)
+    d = diagnose(args.run, args.checkpoint, args.batches)
+    print(f"{args.run} ({args.checkpoint}.ckpt), reconstruction-term gradients over {args.batches} training batches")
+    print(f"{'parameter':34s} {'norm':>9s} {'fresh init':>10s} {'|grad|':>9s}")
+    for n, r in d["params"].items():
+        if n.startswith("encoder.") or "z_to" in n:
+            print(f"{n:34s} {r['norm']:9.3f} {r['fresh_norm']:10.3f} {r['grad']:9.5f}")
+    enc = sum(r["grad"] ** 2 for n, r in d["params"].items() if n.startswith("encoder.")) ** 0.5
+    dec = sum(r["grad"] ** 2 for n, r in d["params"].items() if n.startswith("decoder.")) ** 0.5
+    print(f"gradient norm: encoder {enc:.4f}, decoder {dec:.4f}; clipping keeps {d['clip_factor']:.3f} of the step")
+    print(
+        f"encoder features: mean |h| {d['feature_abs']:.4f}, std across texts {d['feature_std']:.6f} "
+        f"({100 * d['feature_std'] / d['feature_abs']:.2f}% of |h|); posterior means: std across texts {d['mu_std']:.6f}"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
