@@ -213,9 +213,19 @@ def read_curves(path: Path) -> dict[str, dict[float, float]]:
     return out
 
 
-def wide_range(values: list[float]) -> bool:
-    """Positive values spanning more than 3 decades: drawn on a log axis."""
-    return bool(values) and min(values) > 0 and max(values) / min(values) > 1e3
+def y_scale(values: list[float]) -> tuple[str, dict]:
+    """The y axis for a curve plot: "log" for positive values spanning more than 3 decades;
+    "symlog" (linear within ± the median magnitude) when zeros or negatives come with values
+    more than 1000× that median (the LM's KL of 0 beside a diverging epoch); else linear."""
+    if not values:
+        return "linear", {}
+    if min(values) > 0:
+        return ("log", {}) if max(values) / min(values) > 1e3 else ("linear", {})
+    magnitudes = [abs(v) for v in values if v != 0]
+    if not magnitudes:
+        return "linear", {}
+    typical = statistics.median(magnitudes)
+    return ("symlog", {"linthresh": typical}) if max(magnitudes) / typical > 1e3 else ("linear", {})
 
 
 def plot(groups: list[dict], out_dir: Path) -> str:
@@ -231,7 +241,7 @@ def plot(groups: list[dict], out_dir: Path) -> str:
     for metric in metrics:
         fig = Figure(figsize=(6, 4))
         ax = fig.add_subplot()
-        for g, runs in zip(groups, curves):
+        for i, (g, runs) in enumerate(zip(groups, curves)):
             by_x: dict[float, list[float]] = {}
             for c in runs:
                 for x, v in c.get(metric, {}).items():
@@ -239,13 +249,16 @@ def plot(groups: list[dict], out_dir: Path) -> str:
             if not by_x:
                 continue
             xs = sorted(by_x)
-            ax.plot(xs, [statistics.fmean(by_x[x]) for x in xs], marker="o", ms=3, label=f"{g['label']} (n={len(runs)})")
+            style = ("-", "--", ":")[(i // 10) % 3]  # the colour cycle has 10 colours: 11th line on, dashed
+            mean = [statistics.fmean(by_x[x]) for x in xs]
+            ax.plot(xs, mean, linestyle=style, marker="o", ms=3, label=f"{g['label']} (n={len(runs)})")
             if len(runs) > 1:
                 ax.fill_between(xs, [min(by_x[x]) for x in xs], [max(by_x[x]) for x in xs], alpha=0.2)
         ax.set(title=metric, xlabel="epoch", ylabel=metric)
         values = [v for c in (c for runs in curves for c in runs) for v in c.get(metric, {}).values()]
-        if wide_range(values):
-            ax.set_yscale("log")  # one diverging epoch would flatten every other line
+        scale, kwargs = y_scale(values)
+        if scale != "linear":
+            ax.set_yscale(scale, **kwargs)  # one diverging epoch would flatten every other line
         ax.legend(fontsize="small")
         fig.tight_layout()
         fig.savefig(out_dir / f"{metric.replace('/', '_')}.png", dpi=100)

@@ -282,8 +282,11 @@ def test_runs_from_before_and_after_new_run_mechanics_keys_group_together(tmp_pa
     assert len(groups) == 1 and groups[0]["stats"]["iw_nll"]["mean"] == 401.0
 
 
-def test_wide_range_decides_the_log_axis():
-    assert compare.wide_range([0.07, 6.0, 156097.0])
-    assert not compare.wide_range([0.07, 6.0, 13.8])  # collapsed vs not: still linear
-    assert not compare.wide_range([-0.02, 0.2, 5000.0])  # MI can be negative: never log
-    assert not compare.wide_range([])
+def test_y_scale_decides_the_axis():
+    assert compare.y_scale([0.07, 6.0, 156097.0]) == ("log", {})
+    assert compare.y_scale([0.07, 6.0, 13.8]) == ("linear", {})  # collapsed vs not: still linear
+    # zeros or negatives (the LM's KL, MI) cannot go on a log axis: symlog, linear up to the median magnitude
+    assert compare.y_scale([0.0, 0.1, 0.5, 2.0, 156097.0]) == ("symlog", {"linthresh": 1.25})
+    assert compare.y_scale([-0.02, 0.2, 5000.0]) == ("symlog", {"linthresh": 0.2})
+    assert compare.y_scale([-0.02, 0.2, 5.0]) == ("linear", {})
+    assert compare.y_scale([0.0, 0.0]) == ("linear", {}) and compare.y_scale([]) == ("linear", {})
