@@ -38,6 +38,14 @@ def build(configs, root, tmp_path, extra=()):
     return SeqVAECLI(args=args, run=False)
 
 
+def demo_args(tiny, tmp_path, epochs=1):
+    """demo.yaml on the tiny corpus, at a tiny width, logging under tmp_path."""
+    return [f"--config={CONFIGS / 'demo.yaml'}", f"--data.train={tiny / 'train.txt'}", f"--data.val={tiny / 'valid.txt'}",
+            f"--data.test={tiny / 'test.txt'}", "--model.embed_dim=8", "--model.hidden_dim=12", "--model.latent_dim=4",
+            "--model.test_iw_samples=2", f"--trainer.logger.init_args.save_dir={tmp_path}", f"--trainer.max_epochs={epochs}",
+            "--trainer.enable_model_summary=false"]  # fmt: skip
+
+
 def test_every_variant_has_all_three_datasets():
     for ds in ("yahoo", "yelp"):
         assert sorted(p.stem for p in (CONFIGS / ds).glob("*.yaml") if not p.stem.startswith("base")) == VARIANTS
@@ -102,10 +110,7 @@ def test_export_and_compare_round_trip(tiny, tmp_path, capsys):
 
     from script_loader import load_script
 
-    args = [f"--config={CONFIGS / 'demo.yaml'}", f"--data.train={tiny / 'train.txt'}", f"--data.val={tiny / 'valid.txt'}",
-            f"--data.test={tiny / 'test.txt'}", "--model.embed_dim=8", "--model.hidden_dim=12", "--model.latent_dim=4",
-            "--model.test_iw_samples=2", f"--trainer.logger.init_args.save_dir={tmp_path}", "--trainer.max_epochs=2",
-            "--trainer.enable_model_summary=false"]  # fmt: skip
+    args = demo_args(tiny, tmp_path, epochs=2)
     SeqVAECLI(args=["fit", *args])
     run = tmp_path / "demo" / "version_0"
     load_script("export_run").main(str(run), str(tmp_path / "out" / "demo" / "seed1"))
@@ -213,10 +218,7 @@ def test_test_with_checkpoint_takes_evaluation_settings_from_the_command(tiny, t
 def test_encoder_diagnostics_on_a_trained_run(tiny, tmp_path, capsys):
     from script_loader import load_script
 
-    args = [f"--config={CONFIGS / 'demo.yaml'}", f"--data.train={tiny / 'train.txt'}", f"--data.val={tiny / 'valid.txt'}",
-            f"--data.test={tiny / 'test.txt'}", "--model.embed_dim=8", "--model.hidden_dim=12", "--model.latent_dim=4",
-            "--model.test_iw_samples=2", f"--trainer.logger.init_args.save_dir={tmp_path}", "--trainer.max_epochs=1",
-            "--trainer.enable_model_summary=false"]  # fmt: skip
+    args = demo_args(tiny, tmp_path)
     SeqVAECLI(args=["fit", *args])
     run = tmp_path / "demo" / "version_0"
     tool = load_script("encoder_diagnostics")
