@@ -24,7 +24,7 @@ from .aggressive import AggressiveTraining
 from .data import BOS_ID, EOS_ID, PAD_ID, UNK_ID, ConfigError, Vocabulary, collate
 from .losses import KLPenalty, Regularizer, StandardKL, gaussian_kl
 from .metrics import EvalMetrics, iw_nll, sample_posterior
-from .networks import LSTMDecoder, LSTMEncoder, Pooling
+from .networks import Init, LSTMDecoder, LSTMEncoder, Pooling
 from .schedules import KLSchedule, LinearKLWarmup
 
 # Evaluation values are logged after EvalMetrics has reduced its states over all ranks: they
@@ -112,6 +112,9 @@ class SeqVAE(pl.LightningModule):
             scale γ (learned shift), which keeps E[KL] ≥ Z·γ²/2; None to turn off.
         bn_eps: BatchNorm's ε for BN-VAE. The bound needs the batch variance of the raw means
             ≫ ε; the default 1e-5 is PyTorch's and Zhu et al.'s.
+        init: Weight initialisation of both networks: "reference" (He et al.: U(-0.01, 0.01))
+            or "pytorch" (PyTorch's fan-in defaults for LSTM and Linear layers); embeddings are
+            U(-0.1, 0.1) in both. See `networks.init_weights` for why the choice matters.
         generation: What `seqvae predict` writes (see `Generation`); a predict-time setting, not
             saved with the hyper-parameters.
     """
@@ -141,6 +144,7 @@ class SeqVAE(pl.LightningModule):
         aggressive: AggressiveTraining | None = None,
         bn_gamma: float | None = None,
         bn_eps: float = 1e-5,
+        init: Init = "reference",
         generation: Generation = Generation(),  # noqa: B008 (frozen: immutable default)
     ):
         super().__init__()
@@ -153,8 +157,8 @@ class SeqVAE(pl.LightningModule):
         self.aggressive = aggressive
         self.encoder = None
         if latent_dim:
-            self.encoder = LSTMEncoder(vocab_size, embed_dim, hidden_dim, latent_dim, pooling, bn_gamma, bn_eps)
-        self.decoder = LSTMDecoder(vocab_size, embed_dim, hidden_dim, latent_dim, dropout_in, dropout_out, skip)
+            self.encoder = LSTMEncoder(vocab_size, embed_dim, hidden_dim, latent_dim, pooling, bn_gamma, bn_eps, init)
+        self.decoder = LSTMDecoder(vocab_size, embed_dim, hidden_dim, latent_dim, dropout_in, dropout_out, skip, init)
         self.val_metrics = EvalMetrics(latent_dim, hidden_dim, mi_dataset)
         self.test_metrics = EvalMetrics(latent_dim, hidden_dim, mi_dataset)
         self.num_updates = 0  # training batches consumed (outer iterations); drives the KL schedule

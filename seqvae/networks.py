@@ -46,10 +46,23 @@ POOLINGS: dict[str, Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.T
 }
 
 
-def init_uniform(module: nn.Module) -> None:
-    """The reference initialisation: every weight U(-0.01, 0.01), embeddings U(-0.1, 0.1)."""
-    for p in module.parameters():
-        nn.init.uniform_(p, -0.01, 0.01)
+Init = Literal["reference", "pytorch"]
+
+
+def init_weights(module: nn.Module, init: Init = "reference") -> None:
+    """Embeddings U(-0.1, 0.1) in both schemes. "reference" (He et al.'s): every other weight
+    U(-0.01, 0.01). "pytorch": LSTM and Linear layers keep PyTorch's default U(-1/√fan_in,
+    1/√fan_in) (U(-0.088, 0.088) at 128 units).
+
+    Why "pytorch" exists: the reference scale puts a small encoder next to a saddle. Its features
+    and the posterior layer are both ~0.01, so the gradient of each is scaled by the other; on a
+    toy task that needs 2 bits of z (`test_encoder_init_decides_whether_an_autoencoder_encodes`)
+    SGD never leaves it, and the yahoo10k autoencoder (128 units) does not either."""
+    if init not in ("reference", "pytorch"):
+        raise ValueError(f"init must be 'reference' or 'pytorch', got {init!r}")
+    if init == "reference":
+        for p in module.parameters():
+            nn.init.uniform_(p, -0.01, 0.01)
     for m in module.modules():
         if isinstance(m, nn.Embedding):
             nn.init.uniform_(m.weight, -0.1, 0.1)
@@ -65,6 +78,7 @@ class LSTMEncoder(nn.Module):
         pooling: Pooling,
         bn_gamma: float | None = None,
         bn_eps: float = 1e-5,
+        init: Init = "reference",
     ):
         super().__init__()
         self.pool = POOLINGS[pooling]
@@ -72,7 +86,7 @@ class LSTMEncoder(nn.Module):
         self.lstm = nn.LSTM(embed_dim, hidden_dim, batch_first=True)
         self.to_posterior = nn.Linear(hidden_dim, 2 * latent_dim, bias=False)
         self.mean_norm = None
-        init_uniform(self)
+        init_weights(self, init)
         if bn_gamma is not None:
             # BN-VAE: per dimension, the batch of means has variance γ² (fixed, not learned) and a
             # learned mean β, so E_batch[mu_d²] = γ²·v/(v+ε) + β² and E[KL] ≥ Z·γ²/2 while the
@@ -123,6 +137,7 @@ class LSTMDecoder(nn.Module):
         dropout_in: float = 0.5,
         dropout_out: float = 0.5,
         skip: bool = False,
+        init: Init = "reference",
     ):
         super().__init__()
         self.latent_dim, self.skip = latent_dim, skip and latent_dim > 0
@@ -134,7 +149,7 @@ class LSTMDecoder(nn.Module):
         # only: dropping parts of z would be a second, unasked-for word-dropout-like noise.
         self.z_to_out = nn.Linear(latent_dim, vocab_size, bias=False) if self.skip else None
         self.out = nn.Linear(hidden_dim, vocab_size, bias=False)
-        init_uniform(self)
+        init_weights(self, init)
 
     def forward(self, inputs: torch.Tensor, z: torch.Tensor | None) -> torch.Tensor:
         """inputs (N, T) decoder input ids; z (N, Z) or None -> logits (N, T, V)."""

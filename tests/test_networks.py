@@ -116,6 +116,59 @@ def test_init_ranges():
             assert p.abs().max() > 0.5 * bound, name
 
 
+def test_pytorch_init_keeps_the_fan_in_defaults():
+    torch.manual_seed(0)
+    for module in (LSTMEncoder(V, E, H, Z, "last", init="pytorch"), LSTMDecoder(V, E, H, Z, skip=True, init="pytorch")):
+        for name, p in module.named_parameters():
+            if name.startswith("embed."):
+                bound = 0.1
+            elif "lstm" in name:
+                bound = H**-0.5  # nn.LSTM: U(-1/√hidden, 1/√hidden)
+            else:
+                bound = p.size(1) ** -0.5  # nn.Linear: U(-1/√fan_in, 1/√fan_in)
+            assert 0.5 * bound < p.abs().max() <= bound, name
+    with pytest.raises(ValueError, match="init must be"):
+        LSTMEncoder(V, E, H, Z, "last", init="xavier")
+
+
+def topic_batch(n, generator):
+    """`<s> w w w w </s>` with w one of 4 words: the LSTM-LM's best is ln 4 nats per text (the
+    first word), an autoencoder that encodes w in z reaches 0."""
+    tokens = torch.full((n, 6), EOS_ID)
+    tokens[:, 0] = BOS_ID
+    tokens[:, 1:5] = torch.randint(4, 8, (n, 1), generator=generator)
+    return {"tokens": tokens, "lengths": torch.full((n,), 6)}
+
+
+@pytest.mark.parametrize("init", ["reference", "pytorch"])
+def test_encoder_init_decides_whether_an_autoencoder_encodes(init):
+    """The SeqVAE loss at KL weight 0 (an autoencoder), SGD lr 1, clip 5 (He et al.'s optimiser),
+    1,500 updates. With PyTorch's init the encoder learns the 2 bits; at the reference's
+    U(-0.01, 0.01) its features and posterior layer start near a saddle (each one's gradient is
+    scaled by the other, both ~0.01) and SGD does not leave it: rec stays at the LM's ln 4."""
+    from seqvae.model import SeqVAE
+
+    torch.manual_seed(0)
+    model = SeqVAE(8, embed_dim=16, hidden_dim=32, latent_dim=4, dropout_in=0.0, dropout_out=0.0, init=init)
+    opt = torch.optim.SGD(model.parameters(), lr=1.0)
+    g = torch.Generator().manual_seed(0)
+    for _ in range(1500):
+        loss = model.loss_terms(topic_batch(32, g), kl_weight=0.0)["loss"]
+        opt.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 5.0)
+        opt.step()
+    model.eval()
+    with torch.no_grad():
+        batch = topic_batch(256, g)
+        mu, _, _ = model.encoder(batch["tokens"], batch["lengths"])
+        rec = -model.decoder.log_likelihood(batch["tokens"], batch["lengths"], mu.unsqueeze(1))[:, 0].mean()
+    if init == "pytorch":
+        assert rec < 0.1 and mu.std(0).max() > 0.5
+    else:
+        assert abs(rec - torch.log(torch.tensor(4.0))) < 0.1 and mu.std(0).max() < 0.01
+
+
 # ---------------------------------------------------------------- decoder
 def decoder(latent_dim=Z, skip=False, seed=0, scale=0.5):
     torch.manual_seed(seed)
