@@ -48,6 +48,9 @@ IGNORED = (
     "model.init_encoder_from", "periodic_checkpoint", "model.generation", "trainer.use_distributed_sampler",
 )  # fmt: skip
 KEPT = ("checkpoint.monitor",)
+# Settings added after runs were recorded, with the value every run from before them used: a run
+# written without the key groups with runs that set it to that value, and with no others.
+DEFAULTS_OF_NEWER_KEYS = {"model.init": "reference", "model.bn_eps": 1e-5}
 MISSING = "–"
 
 
@@ -80,6 +83,8 @@ def load_run(path: Path) -> dict:
     except (yaml.YAMLError, json.JSONDecodeError) as err:
         raise CompareError(f"{path}: {' '.join(str(err).split())}") from err
     flat = {k: v for k, v in flatten(config).items() if not ignored(k)}
+    if "model" in config:
+        flat = {**DEFAULTS_OF_NEWER_KEYS, **flat}
     return {"path": path, "config": flat, "metrics": metrics}
 
 

@@ -282,6 +282,17 @@ def test_runs_from_before_and_after_new_run_mechanics_keys_group_together(tmp_pa
     assert len(groups) == 1 and groups[0]["stats"]["iw_nll"]["mean"] == 401.0
 
 
+def test_runs_from_before_a_model_key_existed_group_with_its_default_only(tmp_path):
+    old = make_run(tmp_path, "max", 1, metrics(400.0, 60.0))  # written before model.init existed
+    same = make_run(tmp_path, "max", 2, metrics(402.0, 60.0), init="reference")
+    other = make_run(tmp_path, "maxinit", 3, metrics(390.0, 60.0), init="pytorch")
+    groups = compare.group_runs(compare.find_runs([str(old), str(same), str(other)]))
+    assert sorted((g["label"], len(g["runs"]), g["stats"]["iw_nll"]["mean"]) for g in groups) == [
+        ("init=pytorch", 1, 390.0),
+        ("init=reference", 2, 401.0),
+    ]
+
+
 def test_y_scale_decides_the_axis():
     assert compare.y_scale([0.07, 6.0, 156097.0]) == ("log", {})
     assert compare.y_scale([0.07, 6.0, 13.8]) == ("linear", {})  # collapsed vs not: still linear
