@@ -57,7 +57,8 @@ def init_weights(module: nn.Module, init: Init = "reference") -> None:
     Why "pytorch" exists: the reference scale puts a small encoder next to a saddle. Its features
     and the posterior layer are both ~0.01, so the gradient of each is scaled by the other; on a
     toy task that needs 2 bits of z (`test_encoder_init_decides_whether_an_autoencoder_encodes`)
-    SGD never leaves it, and the yahoo10k autoencoder (128 units) does not either."""
+    SGD never leaves it. On yahoo10k (128 units) a max-pooled autoencoder encodes with "pytorch"
+    and not with "reference" (docs/results.md, the weight-initialisation section)."""
     if init not in ("reference", "pytorch"):
         raise ValueError(f"init must be 'reference' or 'pytorch', got {init!r}")
     if init == "reference":

@@ -7,6 +7,7 @@ import torch
 import torch.nn.functional as F
 
 from seqvae.data import BOS_ID, EOS_ID, PAD_ID
+from seqvae.model import SeqVAE
 from seqvae.networks import POOLINGS, LSTMDecoder, LSTMEncoder, abs_pool, avg_pool, last_pool, max_pool
 
 V, E, H, Z = 20, 8, 12, 4
@@ -146,8 +147,6 @@ def test_encoder_init_decides_whether_an_autoencoder_encodes(init):
     1,500 updates. With PyTorch's init the encoder learns the 2 bits; at the reference's
     U(-0.01, 0.01) its features and posterior layer start near a saddle (each one's gradient is
     scaled by the other, both ~0.01) and SGD does not leave it: rec stays at the LM's ln 4."""
-    from seqvae.model import SeqVAE
-
     torch.manual_seed(0)
     model = SeqVAE(8, embed_dim=16, hidden_dim=32, latent_dim=4, dropout_in=0.0, dropout_out=0.0, init=init)
     opt = torch.optim.SGD(model.parameters(), lr=1.0)
