@@ -3,6 +3,7 @@
 import torch
 
 from .aggressive import AggressiveTraining
+from .allocator import reuse_freed_memory
 from .callbacks import AtomicCheckpointIO, PeriodicCheckpoint, PlateauRule
 from .data import TextDataModule, Vocabulary, read_corpus
 from .losses import BatchFreeBits, CosineDispersion, FreeBits, KLPenalty, Regularizer, StandardKL
@@ -34,4 +35,5 @@ __all__ = [
     "TextDataModule",
     "Vocabulary",
     "read_corpus",
+    "reuse_freed_memory",
 ]

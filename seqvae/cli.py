@@ -18,6 +18,7 @@ from pytorch_lightning.callbacks import ModelCheckpoint
 from pytorch_lightning.cli import LightningCLI, SaveConfigCallback
 from pytorch_lightning.loggers import TensorBoardLogger
 
+from .allocator import reuse_freed_memory
 from .callbacks import PeriodicCheckpoint, PlateauRule
 from .data import CorpusError, TextDataModule
 from .model import AGGRESSIVE_DDP, ConfigError, NonFiniteError, SeqVAE
@@ -202,6 +203,7 @@ def main(argv: list[str] | None = None) -> None:
         from .sweep import main as sweep_main
 
         sys.exit(sweep_main(words[1:]))
+    reuse_freed_memory()  # a third less CPU time per training step on glibc (seqvae/allocator.py)
     try:
         SeqVAECLI(args=argv)
     except (CorpusError, ArgumentError, ConfigError, NonFiniteError) as err:
