@@ -20,7 +20,10 @@ Override values may use `${seed}`, `${variant}` and `${root}`. Cells run seed by
 of `variants` (seed 1 of every variant, then seed 2, …), each as its own subprocess, so a crash
 stops only that cell. Rerunning the same command skips cells with metrics.json, resumes cells with
 checkpoints/last.ckpt from it, and starts the others (the leftovers of a start that failed before
-its first checkpoint move to `<root>/<variant>/failed-seed<N>`). Each cell's output goes to
+its first checkpoint move to `<root>/<variant>/failed-seed<N>`). On a fresh machine (a new clone,
+no run directories) a cell whose results are already in `export` counts as done and is skipped,
+so a grid spread over sessions resumes from the committed results; only a cell that another
+unfinished cell `needs` (its checkpoint is an input) is run again. Each cell's output goes to
 `sweep.log` in its run directory; finished cells get a curves.csv (validation curves from the event
 files) for `seqvae compare --plots`. At the end the compare table of the finished cells is printed.
 Exit status: 0 when every cell finished, 1 when one failed or was blocked, 2 for a bad grid file.
@@ -89,6 +92,8 @@ class Cell:
             return "finished"
         if self.last_ckpt.is_file():
             return "interrupted"
+        if self.export_dir is not None and (self.export_dir / "metrics.json").is_file():
+            return "exported"  # finished on another machine; its run directory is not here
         return "new"
 
     def fit_args(self) -> list[str]:
@@ -389,6 +394,13 @@ def finish(cell: Cell) -> None:
         say(f"{cell.tag}: results copied to {cell.export_dir}")
 
 
+def needed_again(cells: list[Cell]) -> set[Path]:
+    """The run directories of exported cells that an unfinished cell needs: an exported cell's
+    checkpoint went with the machine that ran it, and freebits loads the autoencoder's best.ckpt."""
+    needed = {n for c in cells if c.state() not in ("finished", "exported") for n in c.needs}
+    return {c.run_dir for c in cells if c.state() == "exported" and c.run_dir in needed}
+
+
 def run_grid(cells: list[Cell], jobs: int = 1) -> list[Cell]:
     """Runs the cells that have not finished, in grid order, `jobs` at a time (a cell whose
     `needs` are still running waits for them). Returns the cells that failed or were blocked."""
@@ -397,9 +409,13 @@ def run_grid(cells: list[Cell], jobs: int = 1) -> list[Cell]:
     failed: list[Cell] = []
     counts = collections.Counter()
     pending, running, settled = list(cells), {}, 0
+    rerun = needed_again(cells)
+
+    def skippable(cell):
+        return cell.state() == "finished" or (cell.state() == "exported" and cell.run_dir not in rerun)
 
     def progress():
-        todo = sum(c.state() != "finished" for c in pending) + len(running)
+        todo = sum(not skippable(c) for c in pending) + len(running)
         mean = sum(durations) / len(durations) if durations else None
         eta = "ETA 0:00" if not todo else f"ETA {clock(mean * todo / jobs)}" if mean else "ETA ?"
         say(f"grid {settled}/{len(cells)}, {clock(time.monotonic() - start)} elapsed, {eta} ({todo} cells to run)")
@@ -414,10 +430,13 @@ def run_grid(cells: list[Cell], jobs: int = 1) -> list[Cell]:
             for cell in list(pending):
                 if len(running) >= jobs:
                     break
-                if cell.state() == "finished":
+                if skippable(cell):
                     pending.remove(cell)
-                    say(f"{cell.tag}: finished ({cell.run_dir / 'metrics.json'}), skipped")
-                    finish(cell)  # a run finished by hand, or an export directory added later
+                    if cell.state() == "finished":
+                        say(f"{cell.tag}: finished ({cell.run_dir / 'metrics.json'}), skipped")
+                        finish(cell)  # a run finished by hand, or an export directory added later
+                    else:
+                        say(f"{cell.tag}: results exported earlier ({cell.export_dir / 'metrics.json'}), skipped")
                     counts["skipped"] += 1
                     settled += 1
                     progress()
@@ -435,6 +454,8 @@ def run_grid(cells: list[Cell], jobs: int = 1) -> list[Cell]:
                     continue
                 if cell.state() == "interrupted":
                     say(f"{cell.tag}: resuming from {cell.last_ckpt}")
+                elif cell.state() == "exported":
+                    say(f"{cell.tag}: exported earlier, but a later cell needs its checkpoint: starting again in {cell.run_dir}")
                 else:
                     if cell.run_dir.exists() and any(cell.run_dir.iterdir()):
                         say(f"{cell.tag}: moved the leftovers of a failed start to {move_aside(cell)}")
@@ -468,10 +489,14 @@ def run_grid(cells: list[Cell], jobs: int = 1) -> list[Cell]:
 
 
 def dry_run(cells: list[Cell]) -> None:
+    rerun = needed_again(cells)
     for cell in cells:
         state = cell.state()
         if state == "finished":
             print(f"# {cell.tag}: finished, skip ({cell.run_dir / 'metrics.json'})")
+            continue
+        if state == "exported" and cell.run_dir not in rerun:
+            print(f"# {cell.tag}: exported earlier, skip ({cell.export_dir / 'metrics.json'})")
             continue
         action = "resume" if state == "interrupted" else "start"
         if state == "new" and cell.run_dir.exists() and any(cell.run_dir.iterdir()):
@@ -481,7 +506,8 @@ def dry_run(cells: list[Cell]) -> None:
 
 
 def compare_cells(cells: list[Cell], fmt: str, plots: Path | None) -> int:
-    done = [str(c.run_dir) for c in cells if c.state() == "finished"]
+    # An exported cell's result files (config.yaml, metrics.json, curves.csv) are all compare reads.
+    done = [str(c.run_dir if c.state() == "finished" else c.export_dir) for c in cells if c.state() in ("finished", "exported")]
     if not done:
         say("no finished cells to compare")
         return 1

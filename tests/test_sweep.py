@@ -343,3 +343,34 @@ def test_export_copies_each_finished_cell_and_backfills_skipped_ones(in_repo, tm
     assert "last/seed1: results copied" not in err and "max/seed2: results copied" in err
     assert (export / "last" / "seed1" / "metrics.json").stat().st_mtime_ns == stamp
     assert (export / "max" / "seed1" / "metrics.json").is_file()
+
+
+def test_fresh_machine_skips_exported_cells_and_reruns_only_needed_ones(in_repo, tmp_path, capsys, monkeypatch):
+    """A new clone has the committed export directory but no run directories: exported cells are
+    skipped, except one whose checkpoint an unfinished cell needs, which runs again first."""
+    monkeypatch.setattr(sweep, "fit_command", lambda args: [sys.executable, "-c", FAKE_FIT, *args])
+    export = tmp_path / "results"
+    variants = [{"name": "a"}, {"name": "b"}, {"name": "dep", "needs": ["a"]}]
+    old = grid(root=str(tmp_path / "old"), export=str(export), seeds=[1, 2], variants=variants)
+    first = write_grid(tmp_path / "first.yaml", old)
+    assert sweep.main([str(first)]) == 0
+    shutil.rmtree(export / "dep" / "seed2")  # seed 2 of dep did not finish on the old machine
+    capsys.readouterr()
+    root = tmp_path / "new"  # the fresh machine: same export directory, no runs
+    path = write_grid(tmp_path / "grid.yaml", grid(root=str(root), export=str(export), seeds=[1, 2], variants=variants))
+    assert sweep.main([str(path), "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert f"# [1/6] a/seed1: exported earlier, skip ({export}/a/seed1/metrics.json)" in out
+    assert "# [4/6] a/seed2: start" in out and "# [6/6] dep/seed2: start" in out
+    assert "b/seed2: start" not in out
+    assert sweep.main([str(path)]) == 0
+    err = capsys.readouterr().err
+    assert sorted(p.parent.name + "/" + p.name for p in root.glob("*/seed*")) == ["a/seed2", "dep/seed2"]
+    assert "[4/6] a/seed2: exported earlier, but a later cell needs its checkpoint: starting again in" in err
+    assert f"[2/6] b/seed1: results exported earlier ({export}/b/seed1/metrics.json), skipped" in err
+    assert (export / "dep" / "seed2" / "metrics.json").is_file()
+    assert "seqvae sweep: 6 cells (4 skipped, 2 ran) in " in err
+    # --compare reads the exported cells from the export directory.
+    assert sweep.main([str(path), "--compare", "--format", "json"]) == 0
+    table = json.loads(capsys.readouterr().out)
+    assert len(table) == 3  # a, b, dep: two seeds each
