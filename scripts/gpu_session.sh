@@ -12,7 +12,9 @@
 #   1. tests/test_gpu.py (bf16 vs fp32 IW-NLL) and the CUDA-specific tests   (~1 min)
 #   2. yahoo10k at the paper's width (emb 512, LSTM 1024, full vocabulary): last vs max, side
 #      by side on the one GPU, 20 epochs, bf16 autocast, 500 test importance samples (SPEC §9's
-#      question). A run cut off by its deadline still returns its curves (curves.csv).
+#      question). Beside them, Table 1's missing row: aggressive training at the CPU table's own
+#      size (yahoo10k base, fp32, 20 epochs, K = 100), whose inner loop this CPU cannot afford.
+#      A run cut off by its deadline still returns its curves (curves.csv).
 #   3. scripts/bench.py --quick --device cuda, fp32 and bf16 (issue 4's GPU figures)
 # Everything it writes goes to $OUT (at most 8 files come back: small ones, tar'd per step).
 # Deadlines: step 2 gets STEP2_S (default 330 s, less if the tests ran long); LIMIT_S (570 s)
@@ -50,20 +52,21 @@ if [ "${SMOKE:-0}" = 1 ]; then
   accel=cpu; data=../shared/data/yahoo/valid.txt
   size=(--model.embed_dim 16 --model.hidden_dim 16 --trainer.limit_train_batches 3 --trainer.limit_val_batches 2
         --trainer.limit_test_batches 2 --trainer.max_epochs 2 --model.test_iw_samples 5)
-  bench=(--quick); tests=(-k "not bf16")
+  bench=(--quick); tests=(-k "not bf16"); table1=("${size[@]}")
 else
   accel=gpu; data=.gpu/yahoo/valid.txt
   # bf16 autocast: step 1 checks that its IW-NLL agrees with fp32 to 0.1 nats.
   size=(--model.embed_dim 512 --model.hidden_dim 1024 --data.max_vocab null --trainer.max_epochs 20
         --model.test_iw_samples 500 --trainer.precision bf16-mixed)
   bench=(--quick); tests=()
+  table1=(--trainer.max_epochs 20 --model.test_iw_samples 100)  # as scripts/run_yahoo10k.sh
 fi
 { nvidia-smi || true; python3 -c 'import torch; print(torch.__version__, torch.cuda.is_available())'; } > "$OUT/env.txt" 2>&1
 
 log "1. GPU tests"
 timeout 120 python3 -m pytest -q -x tests/test_gpu.py "${tests[@]}" > "$OUT/tests.log" 2>&1; log "tests exit $?"
 
-log "2. yahoo10k at the paper's width: last vs max, side by side"
+log "2. yahoo10k at the paper's width: last vs max; aggressive at Table 1's size; side by side"
 step2=$(( ${STEP2_S:-330} < $(left) - 150 ? ${STEP2_S:-330} : $(left) - 150 ))
 for m in last max; do
   timeout "$step2" python3 -c 'from seqvae.cli import main; main()' fit \
@@ -71,13 +74,17 @@ for m in last max; do
     --trainer.accelerator "$accel" "${size[@]}" --model.iw_max_elements null \
     --trainer.logger.init_args.save_dir runs/gpu --trainer.logger.init_args.version paper > "$work/$m.log" 2>&1 &
 done
+timeout "$step2" python3 -c 'from seqvae.cli import main; main()' fit \
+  --config configs/yahoo10k/base.yaml --config configs/yahoo10k/aggressive.yaml --data.train "$data" \
+  --trainer.accelerator "$accel" "${table1[@]}" \
+  --trainer.logger.init_args.save_dir runs/gpu --trainer.logger.init_args.version table1 > "$work/aggressive.log" 2>&1 &
 wait
-for m in last max; do
-  d=runs/gpu/$m/paper
+for run in last/paper max/paper aggressive/table1; do
+  m=${run%%/*}; d=runs/gpu/$run
   [ -f "$d/metrics.json" ] && log "$m finished" || log "$m did not finish in ${step2}s (see its log)"
   [ -d "$d" ] && python3 scripts/export_run.py "$d" "$work/results/$m" > /dev/null 2>&1
 done
-tail -n 30 "$work/last.log" "$work/max.log" > "$OUT/runs_tail.log" 2>&1
+tail -n 30 "$work/last.log" "$work/max.log" "$work/aggressive.log" > "$OUT/runs_tail.log" 2>&1
 tar czf "$OUT/results.tgz" -C "$work" results 2>/dev/null || true
 
 log "3. bench, fp32 then bf16 ($(left)s left)"
