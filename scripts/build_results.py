@@ -9,6 +9,9 @@ A generated block is the output of `seqvae compare ARGS` between two marker line
     | run | n | IW-NLL | ...
     <!-- /compare -->
 
+A `<!-- paired_gap ARGS -->` … `<!-- /paired_gap -->` block is the output of
+`python scripts/paired_gap.py ARGS` (each method's gap to the LM of the same seed).
+
 `--plots DIR` in ARGS redraws that block's figures (not under --check: they need matplotlib and
 PNG bytes differ across versions). The prose around the blocks is written by hand; only the
 tables are guaranteed to match `docs/results/`. Paths are relative to the repository root.
@@ -18,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib.util
 import io
 import os
 import re
@@ -28,15 +32,30 @@ from pathlib import Path
 from seqvae import compare
 
 ROOT = Path(__file__).resolve().parents[1]
-BLOCK = re.compile(r"^<!-- compare (?P<args>.+?) -->\n(?P<body>.*?)^<!-- /compare -->$", re.M | re.S)
+BLOCK = re.compile(r"^<!-- (?P<tool>compare|paired_gap) (?P<args>.+?) -->\n(?P<body>.*?)^<!-- /(?P=tool) -->$", re.M | re.S)
 
 
-def table(args: list[str], where: str) -> str:
+def paired_gap_main(args: list[str]) -> int:
+    spec = importlib.util.spec_from_file_location("paired_gap", ROOT / "scripts" / "paired_gap.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.main(args)
+
+
+TOOLS = {"compare": compare.main, "paired_gap": paired_gap_main}  # scripts/paired_gap.py
+
+
+def table(args: list[str], where: str, tool: str = "compare") -> str:
     out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = compare.main(args)
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            code = TOOLS[tool](args)
+    except SystemExit as exit_:  # paired_gap exits with its one-line error
+        code, message = 1, str(exit_.code)
+    else:
+        message = err.getvalue().strip()
     if code != 0:
-        raise SystemExit(f"{where}: seqvae compare {shlex.join(args)} failed: {err.getvalue().strip()}")
+        raise SystemExit(f"{where}: {tool} {shlex.join(args)} failed: {message}")
     return out.getvalue()
 
 
@@ -49,9 +68,9 @@ def rebuild(text: str, doc: str, draw: bool) -> tuple[str, list[str]]:
         if not draw and "--plots" in args:
             i = args.index("--plots")
             args = args[:i] + args[i + 2 :]
-        body = table(args, f"{doc}:{line}")
+        body = table(args, f"{doc}:{line}", m["tool"])
         if body != m["body"]:
-            stale.append(f"{doc}:{line}: <!-- compare {m['args']} -->")
+            stale.append(f"{doc}:{line}: <!-- {m['tool']} {m['args']} -->")
         parts += [text[end : m.start("body")], body]
         end = m.end("body")
     return "".join(parts) + text[end:], stale
