@@ -127,6 +127,10 @@ class SeqVAECLI(LightningCLI):
         self._check_ckpt_path()
         if self.trainer.world_size > 1 and self.model.aggressive is not None:
             raise ConfigError(AGGRESSIVE_DDP)
+        if self.trainer.fast_dev_run and self.trainer.checkpoint_callback is not None:
+            # fast_dev_run promises no checkpoints, but Lightning 2.6's ModelCheckpoint still writes
+            # last.ckpt in on_train_end, into ./checkpoints (a smoke test must leave nothing behind).
+            self.trainer.checkpoint_callback.save_last = False
         if self.config_init["fit"].get("ckpt_path"):
             for cb in self.trainer.callbacks:
                 if isinstance(cb, RunDirConfig):
@@ -168,16 +172,23 @@ class SeqVAECLI(LightningCLI):
         predictions = self.trainer.predict_loop.predictions
         lines = [t for batch in predictions for t in batch]
         text = "".join(line + "\n" for line in lines)
-        path = write_new_file(Path(self.trainer.log_dir) / "predictions.txt", text)
         generation = self.model.generation
         if generation.stdout:
             sys.stdout.write(text)
+        if self.trainer.log_dir is None:  # fast_dev_run
+            print(f"seqvae: no run directory (trainer.fast_dev_run); {len(lines)} texts not written", file=sys.stderr)
+            return
+        path = write_new_file(Path(self.trainer.log_dir) / "predictions.txt", text)
         print(f"seqvae: wrote {len(lines)} texts ({generation.mode}, {generation.decoding}) to {path}", file=sys.stderr)
 
     def _write_metrics(self, extra: dict):
-        run_dir = Path(self.trainer.log_dir)  # a broadcast under DDP: on every rank
+        log_dir = self.trainer.log_dir  # a broadcast under DDP: on every rank
         if not self.trainer.is_global_zero:  # DDP: every rank has the same (reduced) metrics
             return
+        if log_dir is None:  # fast_dev_run: Lightning's stand-in logger has no directory
+            print("seqvae: no run directory (trainer.fast_dev_run); metrics.json not written", file=sys.stderr)
+            return
+        run_dir = Path(log_dir)
         metrics = {k: float(v) for k, v in self.trainer.callback_metrics.items() if k.startswith("test/")}
         metrics.update({"best_updates": self.model.num_updates, "iw_samples": self.model.hparams.test_iw_samples, **extra})
         metrics["data"] = self.datamodule.summary()

@@ -300,6 +300,14 @@ def build_jobs(tmp: Path, corpus: dict[str, Path]) -> Jobs:
         specs[f"bad:{case}"] = lambda args=args: seqvae(args, cwd)
     specs["download_help"] = lambda: seqvae(["download", "--help"], cwd)
 
+    def fast_dev_run():  # in a working directory of its own: it must stay empty
+        own = tmp / "fast_dev_run_cwd"
+        own.mkdir()
+        save = tmp / "fast_dev_run"
+        return own, save, seqvae(["fit", *base_args(corpus, save), "--trainer.fast_dev_run", "2"], own)
+
+    specs["fast_dev_run"] = fast_dev_run
+
     # DDP on CPU (gloo, 2 processes): fit (with mid-epoch checkpoints) then its own test of the
     # best checkpoint; a single-process test of the same checkpoint must give the same metrics.
     ddp_save = tmp / "ddp"
@@ -512,6 +520,16 @@ def test_python_api_from_checkpoint(main_run):
 
 # ------------------------------------------------------------------------------------- 7. download
 @needs("download_help")
+@needs("fast_dev_run")
+def test_fast_dev_run_trains_tests_and_writes_nothing(jobs):
+    own_cwd, save_dir, result = jobs.result("fast_dev_run")
+    result.ok()
+    assert "test/iw_nll" in result.stdout  # the test after fit ran
+    assert "metrics.json not written" in result.stderr
+    assert list(own_cwd.iterdir()) == []  # Lightning would leave checkpoints/last.ckpt here
+    assert not save_dir.exists() or not any(p.is_file() for p in save_dir.rglob("*"))
+
+
 def test_download_help_dispatches(jobs):
     result = jobs.result("download_help").ok()
     assert "usage" in result.stdout.lower() and "download" in result.stdout, result.describe()
