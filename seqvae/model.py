@@ -215,14 +215,16 @@ class SeqVAE(pl.LightningModule):
         opts = self.optimizers()
         return opts if isinstance(opts, list) else [opts]
 
-    def update_step(self, batch, kl_weight: float, stepped: torch.nn.Module | None = None) -> dict:
+    def update_step(self, batch, kl_weight: float, stepped: torch.nn.Module | None = None, clip_joint: bool = False) -> dict:
         """One SGD update on `batch`: of the whole model, or of `stepped` only (the other
-        module's weights then get no gradients at all; gradients still flow through them)."""
+        module's weights then get no gradients at all; gradients still flow through them).
+        `clip_joint` (the reference's aggressive steps): the other module's gradients are computed
+        too, the norm of ALL gradients is clipped, and only `stepped` is updated."""
         opts = self._optimizers()
         frozen = [
             p
             for m in (self.encoder, self.decoder)
-            if m is not None and stepped is not None and m is not stepped
+            if m is not None and stepped is not None and m is not stepped and not clip_joint
             for p in m.parameters()
         ]
         for p in frozen:
@@ -236,9 +238,15 @@ class SeqVAE(pl.LightningModule):
             for p in frozen:
                 p.requires_grad_(True)
         # The norm of all gradients of what is stepped is clipped together, not per optimiser.
-        params = [p for p in (self if stepped is None else stepped).parameters() if p.grad is not None]
+        clipped = self if stepped is None or clip_joint else stepped
+        params = [p for p in clipped.parameters() if p.grad is not None]
         grad_norm = torch.nn.utils.clip_grad_norm_(params, self.hparams.grad_clip)
         self._check_finite(terms, grad_norm)
+        if stepped is not None and clip_joint:
+            for m in (self.encoder, self.decoder):
+                if m is not None and m is not stepped:
+                    for p in m.parameters():
+                        p.grad = None
         for opt in opts:
             opt.step()  # SGD skips parameters whose grad is None
         return {k: v.detach() for k, v in terms.items()}
@@ -264,7 +272,7 @@ class SeqVAE(pl.LightningModule):
         weight = self.kl_weight()
         if self.aggressive is not None and self.aggressive.active and self.encoder is not None:
             inner_steps = self.aggressive.train_encoder(self, batch, weight)
-            terms = self.update_step(batch, weight, stepped=self.decoder)
+            terms = self.update_step(batch, weight, stepped=self.decoder, clip_joint=self.aggressive.clip == "joint")
             self.encoder_updates += inner_steps
             self.log("train/inner_steps", float(inner_steps))
         else:

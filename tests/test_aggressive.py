@@ -82,6 +82,46 @@ def test_encoder_step_gradients_equal_full_backward(corpus):  # noqa: F811
     assert all(p.grad is None for p in model.decoder.parameters())
 
 
+@pytest.mark.parametrize("clip_joint", [False, True])
+def test_one_module_step_is_sgd_on_the_clipped_gradient(corpus, tmp_path, clip_joint):  # noqa: F811
+    """An encoder-only step is w - lr * g_enc * min(1, clip / |g|), where |g| is the norm of the
+    encoder's gradients alone, or (clip_joint, the reference) of encoder AND decoder gradients;
+    the decoder stays bit-identical either way."""
+    root, _ = corpus
+    dm = datamodule(root)
+    model = tiny_model(dm.vocab_size)
+    trainer(tmp_path, limit_train_batches=1, limit_val_batches=0).fit(model, dm)  # attaches optimisers
+    model.eval()  # no dropout: the same computation twice
+    batch = next(iter(dm.train_dataloader()))
+    torch.manual_seed(5)
+    model.zero_grad()
+    model.loss_terms(batch, 0.7)["loss"].backward()
+    enc_grads = [p.grad.clone() for p in model.encoder.parameters()]
+
+    def norm(params):
+        return float(torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(p.grad) for p in params])))
+
+    clip = 0.5 * norm(model.encoder.parameters())  # bites in both modes (the joint norm is larger)
+    model.hparams.grad_clip = clip
+    scale = clip / (norm(model.parameters() if clip_joint else model.encoder.parameters()) + 1e-6)
+    expected = [p.detach() - model.hparams.lr * scale * g for p, g in zip(model.encoder.parameters(), enc_grads)]
+    decoder_before = [p.detach().clone() for p in model.decoder.parameters()]
+    model.zero_grad()
+    torch.manual_seed(5)
+    model.update_step(batch, 0.7, stepped=model.encoder, clip_joint=clip_joint)
+    for e, p in zip(expected, model.encoder.parameters()):
+        torch.testing.assert_close(p.detach(), e)
+    assert all(torch.equal(a, b) for a, b in zip(decoder_before, model.decoder.parameters()))
+
+
+def test_aggressive_clip_option_is_checked_and_survives_pickling():
+    import pickle
+
+    assert pickle.loads(pickle.dumps(AggressiveTraining(clip="joint"))).clip == "joint"
+    with pytest.raises(ValueError, match="model.aggressive.clip"):
+        AggressiveTraining(clip="decoder")
+
+
 def test_mi_switch_off_fires_once_and_survives_save_and_resume(corpus, tmp_path):  # noqa: F811
     agg = AggressiveTraining()
     assert agg.end_epoch(0.5) is False and agg.active
