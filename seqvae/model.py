@@ -221,12 +221,13 @@ class SeqVAE(pl.LightningModule):
         `clip_joint` (the reference's aggressive steps): the other module's gradients are computed
         too, the norm of ALL gradients is clipped, and only `stepped` is updated."""
         opts = self._optimizers()
-        frozen = [
+        others = [
             p
             for m in (self.encoder, self.decoder)
-            if m is not None and stepped is not None and m is not stepped and not clip_joint
+            if m is not None and stepped is not None and m is not stepped
             for p in m.parameters()
         ]
+        frozen = [] if clip_joint else others
         for p in frozen:
             p.requires_grad_(False)
         try:
@@ -242,11 +243,8 @@ class SeqVAE(pl.LightningModule):
         params = [p for p in clipped.parameters() if p.grad is not None]
         grad_norm = torch.nn.utils.clip_grad_norm_(params, self.hparams.grad_clip)
         self._check_finite(terms, grad_norm)
-        if stepped is not None and clip_joint:
-            for m in (self.encoder, self.decoder):
-                if m is not None and m is not stepped:
-                    for p in m.parameters():
-                        p.grad = None
+        for p in others:  # clip_joint: computed for the norm only; SGD skips a None grad
+            p.grad = None
         for opt in opts:
             opt.step()  # SGD skips parameters whose grad is None
         return {k: v.detach() for k, v in terms.items()}
