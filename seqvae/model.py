@@ -227,7 +227,9 @@ class SeqVAE(pl.LightningModule):
             if m is not None and stepped is not None and m is not stepped
             for p in m.parameters()
         ]
-        frozen = [] if clip_joint else others
+        # Only parameters that train are frozen and unfrozen again: one frozen on purpose
+        # (BN-VAE's fixed γ) stays frozen after the step.
+        frozen = [] if clip_joint else [p for p in others if p.requires_grad]
         for p in frozen:
             p.requires_grad_(False)
         try:

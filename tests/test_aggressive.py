@@ -60,7 +60,8 @@ def test_encoder_only_and_decoder_only_steps_leave_the_other_bit_identical(corpu
         model.update_step(batch, 1.0, stepped=stepped)
         assert all(torch.equal(a, b) for a, b in zip(before_o, other.parameters()))
         assert all(not torch.equal(a, b) for a, b in zip(before_s, stepped.parameters()))
-        assert all(p.requires_grad for p in model.parameters())  # unfrozen again
+        frozen = {n for n, p in model.named_parameters() if not p.requires_grad}
+        assert frozen == set(), frozen  # every trainable parameter unfrozen again
 
 
 def test_encoder_step_gradients_equal_full_backward(corpus):  # noqa: F811
@@ -255,3 +256,33 @@ def test_bn_vae_single_sentence_batch_uses_running_statistics(corpus):  # noqa: 
     model.train()
     mu_batch, _, _ = model.encoder(batch["tokens"], batch["lengths"])  # a real batch still updates them
     assert not torch.equal(bn.running_mean, stats[0]) and mu_batch.requires_grad
+
+
+@pytest.mark.parametrize("kind", ["plain", "encoder", "decoder", "joint"])
+def test_parameters_frozen_at_construction_stay_frozen_and_unchanged(corpus, tmp_path, kind):  # noqa: F811
+    """BN-VAE's γ is frozen on purpose (it is the KL floor Z·γ²/2). A one-module step freezes the
+    other module and must give each parameter its own requires_grad back, not True: γ stays
+    frozen and bit-identical through plain, encoder-only, decoder-only and joint-clipped steps,
+    while the trainable parameters next to it do move."""
+    root, _ = corpus
+    dm = datamodule(root)
+    torch.manual_seed(0)
+    model = tiny_model(dm.vocab_size, bn_gamma=0.6)
+    trainer(tmp_path, limit_train_batches=1, limit_val_batches=0).fit(model, dm)  # attaches optimisers
+    frozen = {n: p.detach().clone() for n, p in model.named_parameters() if not p.requires_grad}
+    assert set(frozen) == {"encoder.mean_norm.weight"}
+    gamma = model.encoder.mean_norm.weight
+    torch.testing.assert_close(gamma, torch.full_like(gamma, 0.6))
+    before = {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
+    stepped = {"plain": None, "encoder": model.encoder, "decoder": model.decoder, "joint": model.encoder}[kind]
+    batches = iter(dm.train_dataloader())
+    for _ in range(3):
+        model.update_step(next(batches), 1.0, stepped=stepped, clip_joint=kind == "joint")
+    for n, p in model.named_parameters():
+        if n in frozen:
+            assert not p.requires_grad, n
+            assert torch.equal(p, frozen[n]), n
+        else:
+            assert p.requires_grad, n
+    moved = {n for n, p in model.named_parameters() if n in before and not torch.equal(p, before[n])}
+    assert "encoder.mean_norm.bias" in moved or kind == "decoder"  # β trains beside the frozen γ
