@@ -22,6 +22,8 @@ from typing import Literal
 
 import torch
 
+from .data import run_seed
+
 
 class WindowStopRule:
     """He et al.'s stop rule: every `window` steps, compare the loss per word of the last window
@@ -55,14 +57,16 @@ class AggressiveTraining:
     Args:
         max_inner_steps: Encoder updates per batch at most (the reference's `sub_iter < 100`: 99).
         window: Steps per window of the stop rule (15).
-        seed: Seed of the random inner batches.
+        seed: Seed of the random inner batches; default: the run's `seed_everything`.
         clip: "stepped": clip the gradient norm of the module being stepped (default);
             "joint": clip the norm of encoder and decoder gradients together, as the reference.
     """
 
-    def __init__(self, max_inner_steps: int = 99, window: int = 15, seed: int = 0, clip: Literal["stepped", "joint"] = "stepped"):
+    def __init__(self, max_inner_steps: int = 99, window: int = 15, seed: int | None = None, clip: Literal["stepped", "joint"] = "stepped"):
         if clip not in ("stepped", "joint"):
             raise ValueError(f"model.aggressive.clip: {clip!r} is not 'stepped' or 'joint'")
+        if seed is None:
+            seed = run_seed()
         self.max_inner_steps, self.window, self.seed, self.clip = max_inner_steps, window, seed, clip
         self.active = True
         self.previous_mi = 0.0  # the reference starts from 0: a first epoch with MI < 0 ends it

@@ -105,6 +105,19 @@ class SeqVAECLI(LightningCLI):
         parser.add_lightning_class_args(PlateauRule, "plateau")
         parser.add_lightning_class_args(PeriodicCheckpoint, "periodic_checkpoint")
 
+    def before_instantiate_classes(self):
+        # Seeds left unset take the run's seed (`seed_everything`), written into the config here
+        # so that config.yaml records the values the run used.
+        cfg = self.config[self.subcommand] if self.subcommand else self.config
+        seed = cfg.get("seed_everything")
+        if not isinstance(seed, int) or isinstance(seed, bool):
+            seed = 0
+        if cfg.get("data") is not None and cfg["data"].get("seed") is None:
+            cfg["data"]["seed"] = seed
+        aggressive = cfg["model"].get("aggressive") if cfg.get("model") is not None else None
+        if aggressive is not None and aggressive.get("init_args") is not None and aggressive["init_args"].get("seed") is None:
+            aggressive["init_args"]["seed"] = seed
+
     def _check_ckpt_path(self):
         # Lightning would fail on it deep inside the run, after the run directory was written.
         ckpt = self.config_init[self.subcommand].get("ckpt_path")

@@ -8,6 +8,7 @@ A corpus is one text per line, already tokenised (split on whitespace), optional
 from __future__ import annotations
 
 import json
+import os
 import random
 from collections import Counter
 from collections.abc import Iterator
@@ -24,6 +25,12 @@ from torch.utils.data import DataLoader, Sampler
 
 PAD, BOS, EOS = "<pad>", "<s>", "</s>"
 PAD_ID, BOS_ID, EOS_ID, UNK_ID = 0, 1, 2, 3
+
+
+def run_seed() -> int:
+    """The run's seed, `seed_everything` (Lightning exports it as PL_GLOBAL_SEED); 0 if none
+    was set. Every seed left unset defaults to it, so that a run's seed varies everything."""
+    return int(os.environ.get("PL_GLOBAL_SEED", 0))
 
 
 class CorpusError(ValueError):
@@ -344,7 +351,8 @@ class TextDataModule(pl.LightningDataModule):
             sentences padded to the batch's longest, with masks.
         eval_batch_size: Batch size for validation/test (MI per batch uses these batches).
         num_workers: DataLoader workers.
-        seed: Seed of the batch order (epoch e uses seed and e).
+        seed: Seed of the batch order (epoch e uses seed and e); default: the run's
+            `seed_everything`, so that runs with different seeds see different batch orders.
     """
 
     def __init__(
@@ -365,10 +373,12 @@ class TextDataModule(pl.LightningDataModule):
         batching: Literal["bucket", "padded"] = "bucket",
         eval_batch_size: int = 32,
         num_workers: int = 0,
-        seed: int = 0,
+        seed: int | None = None,
     ):
         super().__init__()
         self.save_hyperparameters()
+        if seed is None:
+            self.hparams.seed = run_seed()
         self.corpora: dict[str, Corpus] = {}
         for split, path, lines in (
             ("train", train, train_lines),

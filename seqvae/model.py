@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import os
 import random
 import time
 import warnings
@@ -21,7 +20,7 @@ import pytorch_lightning as pl
 import torch
 
 from .aggressive import AggressiveTraining
-from .data import BOS_ID, EOS_ID, PAD_ID, UNK_ID, ConfigError, Vocabulary, collate
+from .data import BOS_ID, EOS_ID, PAD_ID, UNK_ID, ConfigError, Vocabulary, collate, run_seed
 from .losses import KLPenalty, Regularizer, StandardKL, gaussian_kl
 from .metrics import EvalMetrics, iw_nll, sample_posterior
 from .networks import Init, LSTMDecoder, LSTMEncoder, Pooling
@@ -291,7 +290,7 @@ class SeqVAE(pl.LightningModule):
         # (run seed, epoch) makes each epoch's noise independent of what ran before it
         # (sanity checks, validation, an interruption): a run resumed at an epoch boundary ends
         # with exactly the parameters of an uninterrupted one.
-        seed = int(os.environ.get("PL_GLOBAL_SEED", 0)) * 1_000_003 + self.current_epoch
+        seed = run_seed() * 1_000_003 + self.current_epoch
         torch.manual_seed(seed)
         random.seed(seed)
 
