@@ -13,6 +13,8 @@ from pytorch_lightning import Callback
 from pytorch_lightning.plugins.io import TorchCheckpointIO
 from pytorch_lightning.utilities import rank_zero_warn
 
+from .data import load_checkpoint
+
 
 class PlateauRule(Callback):
     """He et al.'s learning-rate rule. After each validation: if the monitored loss rose above
@@ -56,7 +58,7 @@ class PlateauRule(Callback):
         self.decays += 1
         best_path = trainer.checkpoint_callback.best_model_path if trainer.checkpoint_callback else ""
         if best_path:
-            state = torch.load(best_path, map_location=pl_module.device, weights_only=False)["state_dict"]
+            state = load_checkpoint(best_path, "plateau (best checkpoint)", map_location=pl_module.device)["state_dict"]
             pl_module.load_state_dict(state)
         for opt in trainer.optimizers:
             opt.state.clear()

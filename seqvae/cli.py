@@ -20,7 +20,7 @@ from pytorch_lightning.loggers import TensorBoardLogger
 
 from .allocator import reuse_freed_memory
 from .callbacks import PeriodicCheckpoint, PlateauRule
-from .data import CorpusError, TextDataModule
+from .data import CorpusError, TextDataModule, load_checkpoint
 from .model import AGGRESSIVE_DDP, ConfigError, NonFiniteError, SeqVAE
 
 
@@ -83,6 +83,9 @@ class SeqVAECLI(LightningCLI):
         sub = self.config.get("subcommand")
         model = self.config[sub].get("model") if sub else None
         keep = {k: model.get(k) for k in self.EVAL_KEYS if k in model} if model is not None else {}
+        ckpt = self.config[sub].get("ckpt_path") if sub else None
+        if ckpt and Path(ckpt).is_file():
+            load_checkpoint(ckpt, "ckpt_path", mmap=True)  # refuses a code-carrying file in one line
         super()._parse_ckpt_path()
         for k, v in keep.items():
             self.config[sub]["model"][k] = v
@@ -105,10 +108,35 @@ class SeqVAECLI(LightningCLI):
         parser.add_lightning_class_args(PlateauRule, "plateau")
         parser.add_lightning_class_args(PeriodicCheckpoint, "periodic_checkpoint")
 
+    def parse_arguments(self, parser, args):
+        self._command_line = list(args) if isinstance(args, (list, tuple)) else sys.argv[1:] if args is None else []
+        super().parse_arguments(parser, args)
+
+    def _given(self, option: str) -> bool:
+        """Whether the command line itself (not a --config file) sets this option."""
+        return any(a == option or a.startswith(option + "=") for a in self._command_line)
+
+    def _scoring_data(self, cfg) -> None:
+        """validate/test/predict of a checkpoint: the vocabulary comes from the checkpoint (the
+        training text is not needed), and a split file given on the command line drops the
+        config's line range for that split (a range belongs to its file) unless given too."""
+        data = cfg.get("data")
+        if data is None:
+            return
+        for split in ("val", "test"):
+            if self._given(f"--data.{split}") and not self._given(f"--data.{split}_lines"):
+                data[f"{split}_lines"] = None
+        ckpt = cfg.get("ckpt_path")
+        if data.get("vocab") is None and ckpt and Path(ckpt).is_file():
+            if "vocab" in load_checkpoint(ckpt, "ckpt_path", mmap=True):
+                data["vocab"] = str(ckpt)
+
     def before_instantiate_classes(self):
+        cfg = self.config[self.subcommand] if self.subcommand else self.config
+        if self.subcommand in ("validate", "test", "predict"):
+            self._scoring_data(cfg)
         # Seeds left unset take the run's seed (`seed_everything`), written into the config here
         # so that config.yaml records the values the run used.
-        cfg = self.config[self.subcommand] if self.subcommand else self.config
         seed = cfg.get("seed_everything")
         if not isinstance(seed, int) or isinstance(seed, bool):
             seed = 0
@@ -126,9 +154,11 @@ class SeqVAECLI(LightningCLI):
 
     def before_validate(self):
         self._check_ckpt_path()
+        self.datamodule.read_splits(["val"])  # a bad file stops here, before the run directory exists
 
     def before_test(self):
         self._check_ckpt_path()
+        self.datamodule.read_splits(["test"])
 
     def before_predict(self):
         self._check_ckpt_path()
@@ -138,6 +168,8 @@ class SeqVAECLI(LightningCLI):
 
     def before_fit(self):
         self._check_ckpt_path()
+        if self.model.hparams.init_encoder_from:  # refused now, not after the run directory exists
+            load_checkpoint(self.model.hparams.init_encoder_from, "model.init_encoder_from", mmap=True)
         if self.trainer.world_size > 1 and self.model.aggressive is not None:
             raise ConfigError(AGGRESSIVE_DDP)
         if self.trainer.fast_dev_run and self.trainer.checkpoint_callback is not None:

@@ -7,9 +7,11 @@ A corpus is one text per line, already tokenised (split on whitespace), optional
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import random
+import sys
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -49,6 +51,16 @@ class Corpus:
     n_empty: int = 0  # empty / whitespace-only lines, skipped
     n_too_long: int = 0  # lines longer than max_length tokens, skipped
     line_numbers: list[int] = field(default_factory=list)  # 1-based, of each kept text
+
+
+def texts_digest(texts: list[list[str]]) -> str:
+    """sha256 of the tokenised texts, one per line: two runs with equal digests were evaluated on
+    the same texts in the same order, so their per-text results can be paired."""
+    h = hashlib.sha256()
+    for text in texts:
+        h.update(" ".join(text).encode())
+        h.update(b"\n")
+    return h.hexdigest()
 
 
 def parse_line_range(spec: str | list[int] | tuple[int, int] | None) -> tuple[int, int] | None:
@@ -190,13 +202,91 @@ class Vocabulary:
         return cls.from_str(Path(path).read_text())
 
 
-def collate(batch: list[torch.Tensor]) -> dict[str, torch.Tensor]:
-    """Pads `<s> … </s>` id sequences. tokens (B, T), lengths (B,) count `<s>` and `</s>`."""
+def collate(batch: list[torch.Tensor] | list[tuple[int, torch.Tensor]]) -> dict[str, torch.Tensor]:
+    """Pads `<s> … </s>` id sequences. tokens (B, T), lengths (B,) count `<s>` and `</s>`.
+    Items of an `IndexedTexts` dataset, (position, ids), also give index (B,): each text's
+    position in its split, which per-text results are keyed by."""
+    index = None
+    if batch and isinstance(batch[0], tuple):
+        index = torch.tensor([i for i, _ in batch])
+        batch = [x for _, x in batch]
     lengths = torch.tensor([len(x) for x in batch])
     tokens = torch.full((len(batch), int(lengths.max())), PAD_ID, dtype=torch.long)
     for i, x in enumerate(batch):
         tokens[i, : len(x)] = x
-    return {"tokens": tokens, "lengths": lengths}
+    out = {"tokens": tokens, "lengths": lengths}
+    if index is not None:
+        out["index"] = index
+    return out
+
+
+class IndexedTexts(torch.utils.data.Dataset):
+    """A split's id sequences; item i is (i, ids), so that a batch knows which texts it holds."""
+
+    def __init__(self, ids: list[torch.Tensor]):
+        self.ids = ids
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def __getitem__(self, i: int) -> tuple[int, torch.Tensor]:
+        return i, self.ids[i]
+
+
+UNK_SPELLINGS = ("<unk>", "_UNK", "UNK", "<UNK>", "[UNK]", "@@UNKNOWN@@", "<oov>", "OOV")
+
+
+def unk_token_hint(texts: list[list[str]], unk_token: str) -> str | None:
+    """A one-line warning when the configured unknown token never occurs in the training text
+    but another common spelling of it does (a corpus prepared with `<unk>` read with `_UNK`
+    would make `<unk>` an ordinary word and report an unknown rate of 0); else None."""
+    counts = Counter(tok for text in texts for tok in text if tok in UNK_SPELLINGS or tok == unk_token)
+    if counts[unk_token]:
+        return None
+    found = [(c, w) for w, c in counts.items() if w != unk_token]
+    if not found:
+        return None
+    n, word = max(found)
+    return (
+        f"data.unk_token is {unk_token!r}, which never occurs in the training text, but {word!r} occurs {n} times: "
+        f"if {word!r} is this corpus's unknown token, set --data.unk_token '{word}'"
+    )
+
+
+def load_vocabulary(path: str | Path) -> Vocabulary:
+    """The vocabulary of a run: its `vocab.json`, or the one saved inside a checkpoint."""
+    path = Path(path)
+    if not path.is_file():
+        raise CorpusError(f"data.vocab: no such file {path}")
+    if path.suffix == ".json":
+        try:
+            return Vocabulary.load(path)
+        except (ValueError, KeyError) as err:
+            raise CorpusError(f"data.vocab: {path}: not a seqvae vocab.json ({err})") from None
+    checkpoint = load_checkpoint(path, "data.vocab")
+    if "vocab" not in checkpoint:
+        raise CorpusError(f"data.vocab: {path}: the checkpoint holds no vocabulary (written before seqvae saved one)")
+    return Vocabulary.from_str(checkpoint["vocab"])
+
+
+def load_checkpoint(path: str | Path, option: str, map_location="cpu", **kwargs) -> dict:
+    """torch.load with weights_only=True: a checkpoint is data, and one that carries anything
+    but tensors, plain values and seqvae's registered classes is refused, in one line naming
+    the option, instead of running the code it pickled."""
+    import pickle
+
+    try:
+        return torch.load(path, map_location=map_location, weights_only=True, **kwargs)
+    except FileNotFoundError:
+        raise CorpusError(f"{option}: no such checkpoint file {path}") from None
+    except pickle.UnpicklingError as err:
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise CorpusError(
+            f"{option}: {path}: refused to load (it carries objects other than weights and seqvae's settings; "
+            f"only load checkpoints you trust with torch.load(weights_only=False) yourself): {first}"
+        ) from None
+    except (RuntimeError, EOFError) as err:
+        raise CorpusError(f"{option}: {path}: not a readable checkpoint ({' '.join(str(err).split())[:200]})") from None
 
 
 class _EpochHook:
@@ -334,13 +424,17 @@ class TextDataModule(pl.LightningDataModule):
     `data.vocab_size` to the model when both are instantiated.
 
     Args:
-        train: Training file.
+        train: Training file (not needed when `vocab` is given and nothing is trained).
         val: Validation file (default: the training file, with `val_lines`).
         test: Test file (default: the training file, with `test_lines`).
         train_lines: 1-based inclusive line range of `train` to use, e.g. "1-8000"; all if unset.
         val_lines: Line range of the validation file.
         test_lines: Line range of the test file.
         predict: Texts for `seqvae predict` (default: the test split), kept in file order.
+        vocab: Take the vocabulary from this run's `vocab.json` or checkpoint instead of building
+            it from `train` (which is then read only if the model trains). `seqvae
+            validate/test/predict --ckpt_path C` set it to C, so scoring a checkpoint on a new
+            file needs only that file.
         unk_token: The corpus's unknown-word token (`_UNK` for Yahoo/Yelp, `<unk>` for PTB).
         label_column: Lines are `label<TAB>text`; the label is kept as metadata, not modelled.
         min_freq: Training words seen fewer times map to the unknown token.
@@ -357,13 +451,14 @@ class TextDataModule(pl.LightningDataModule):
 
     def __init__(
         self,
-        train: str,
+        train: str | None = None,
         val: str | None = None,
         test: str | None = None,
         train_lines: str | None = None,
         val_lines: str | None = None,
         test_lines: str | None = None,
         predict: str | None = None,
+        vocab: str | None = None,
         unk_token: str = "<unk>",
         label_column: bool = False,
         min_freq: int = 1,
@@ -379,29 +474,54 @@ class TextDataModule(pl.LightningDataModule):
         self.save_hyperparameters()
         if seed is None:
             self.hparams.seed = run_seed()
-        self.corpora: dict[str, Corpus] = {}
-        for split, path, lines in (
-            ("train", train, train_lines),
-            ("val", val or train, val_lines),
-            ("test", test or train, test_lines),
-        ):
-            try:
-                self.corpora[split] = read_corpus(path, lines, label_column, max_length)
-            except CorpusError as err:  # name the option as well as the file
-                option = split if split == "train" or (val, test)[split == "test"] else f"{split} (= train)"
-                raise CorpusError(f"data.{option}: {err}") from None
+        self.corpora: dict[str, Corpus] = {}  # the splits read so far
+        self.ids: dict[str, list[torch.Tensor]] = {}
+        if vocab is not None:
+            # Splits are read when first needed (`split_ids`): scoring a checkpoint needs
+            # neither the training text nor the other splits.
+            self.vocab = load_vocabulary(vocab)
+            return
+        self.read_splits(("train", "val", "test"))
         self.vocab = Vocabulary.build(self.corpora["train"].texts, unk_token, min_freq, max_vocab)
-        self.ids = {s: [torch.tensor(x) for x in self.vocab.encode(c.texts)] for s, c in self.corpora.items()}
+        hint = unk_token_hint(self.corpora["train"].texts, unk_token)
+        if hint is not None:
+            print(f"seqvae: warning: {hint}", file=sys.stderr)
+        for split in ("train", "val", "test"):
+            self.split_ids(split)
+
+    def read_splits(self, splits) -> None:
+        """Reads these splits' files now (errors name the option, file and line)."""
+        h = self.hparams
+        sources = {"train": (h.train, h.train_lines), "val": (h.val or h.train, h.val_lines), "test": (h.test or h.train, h.test_lines)}
+        for split in splits:
+            if split in self.corpora:
+                continue
+            path, lines = sources[split]
+            option = split if split == "train" or (h.val, h.test)[split == "test"] else f"{split} (= train)"
+            if path is None:
+                raise CorpusError(f"data.{split}: no file given (and no data.train to fall back on)")
+            try:
+                self.corpora[split] = read_corpus(path, lines, h.label_column, h.max_length)
+            except CorpusError as err:  # name the option as well as the file
+                raise CorpusError(f"data.{option}: {err}") from None
+
+    def split_ids(self, split: str) -> list[torch.Tensor]:
+        """The split's texts as id sequences, reading its file if not done yet."""
+        if split not in self.ids:
+            self.read_splits([split])
+            self.ids[split] = [torch.tensor(x) for x in self.vocab.encode(self.corpora[split].texts)]
+        return self.ids[split]
 
     @property
     def vocab_size(self) -> int:
         return len(self.vocab)
 
     def summary(self) -> dict[str, dict[str, float]]:
-        """Sizes, skipped lines and unknown-token rate per split (reported at fit start)."""
+        """Sizes, skipped lines, unknown-token rate and the digest of the texts (equal digests:
+        the same texts in the same order) of each split read (all three at fit start)."""
         out = {}
         for split, corpus in self.corpora.items():
-            ids = torch.cat(self.ids[split])
+            ids = torch.cat(self.split_ids(split))
             words = ids[(ids != BOS_ID) & (ids != EOS_ID)]
             out[split] = {
                 "texts": len(corpus.texts),
@@ -410,6 +530,8 @@ class TextDataModule(pl.LightningDataModule):
                 "unk_rate": float((words == UNK_ID).float().mean()),
                 "empty_lines_skipped": corpus.n_empty,
                 "too_long_skipped": corpus.n_too_long,
+                "file": corpus.path,
+                "sha256": texts_digest(corpus.texts),
             }
         return out
 
@@ -432,7 +554,7 @@ class TextDataModule(pl.LightningDataModule):
         return {"epoch": trainer.current_epoch, "batches": trainer.fit_loop.epoch_loop.batch_progress.current.processed}
 
     def _loader(self, split: str, shuffle: bool) -> DataLoader:
-        data = self.ids[split]
+        data = self.split_ids(split)
         batch_size = self.hparams.batch_size if split == "train" else self.hparams.eval_batch_size
         replicas, rank = self._replicas()
         sampler = SAMPLERS[self.hparams.batching]([len(x) for x in data], batch_size, shuffle, self.hparams.seed, replicas, rank)
@@ -440,7 +562,8 @@ class TextDataModule(pl.LightningDataModule):
         # that draw would shift the training noise depending on when Lightning makes it.
         kind = _TrainLoader if split == "train" else DataLoader
         loader = kind(
-            data, batch_sampler=sampler, collate_fn=collate, num_workers=self.hparams.num_workers, generator=torch.Generator()
+            IndexedTexts(data) if split != "train" else data,
+            batch_sampler=sampler, collate_fn=collate, num_workers=self.hparams.num_workers, generator=torch.Generator()
         )
         if split == "train":
             loader.position = self._train_position
@@ -460,14 +583,14 @@ class TextDataModule(pl.LightningDataModule):
             corpus = read_corpus(self.hparams.predict, None, self.hparams.label_column)
             data = [torch.tensor(x) for x in self.vocab.encode(corpus.texts)]
         else:
-            data = self.ids["test"]
+            data = self.split_ids("test")
         # File order (padded batches, not length buckets): output line i is input line i.
         sampler = RandomBatchSampler([len(x) for x in data], self.hparams.eval_batch_size, shuffle=False)
         return DataLoader(data, batch_sampler=sampler, collate_fn=collate)
 
     def random_train_batch(self, generator: random.Random) -> dict[str, torch.Tensor]:
         """One uniformly drawn training batch (aggressive training's inner loop)."""
-        data = self.ids["train"]
+        data = self.split_ids("train")
         if not hasattr(self, "_train_batches"):
             self._train_batches = SAMPLERS[self.hparams.batching]([len(x) for x in data], self.hparams.batch_size, False).batches
         return collate([data[i] for i in generator.choice(self._train_batches)])

@@ -20,7 +20,7 @@ import pytorch_lightning as pl
 import torch
 
 from .aggressive import AggressiveTraining
-from .data import BOS_ID, EOS_ID, PAD_ID, UNK_ID, ConfigError, Vocabulary, collate, run_seed
+from .data import BOS_ID, EOS_ID, PAD_ID, UNK_ID, ConfigError, Vocabulary, collate, load_checkpoint, run_seed
 from .losses import KLPenalty, Regularizer, StandardKL, gaussian_kl
 from .metrics import EvalMetrics, iw_nll, sample_posterior
 from .networks import Init, LSTMDecoder, LSTMEncoder, Pooling
@@ -333,7 +333,7 @@ class SeqVAE(pl.LightningModule):
         if stage == "fit" and self.hparams.init_encoder_from and self.encoder is not None:
             # Runs before Lightning restores a resumed run's own checkpoint, which then
             # overwrites these weights: resuming never re-initialises anything.
-            state = torch.load(self.hparams.init_encoder_from, map_location="cpu", weights_only=False)["state_dict"]
+            state = load_checkpoint(self.hparams.init_encoder_from, "model.init_encoder_from")["state_dict"]
             encoder_state = {k[len("encoder.") :]: v for k, v in state.items() if k.startswith("encoder.")}
             self.encoder.load_state_dict(encoder_state)
 

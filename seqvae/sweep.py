@@ -296,7 +296,7 @@ def checkpoint_position(path: Path, of: int | None) -> str | None:
     try:
         import torch
 
-        ckpt = torch.load(path, map_location="cpu", weights_only=False, mmap=True)
+        ckpt = torch.load(path, map_location="cpu", weights_only=True, mmap=True)  # data, never code
         epoch = f"epoch {int(ckpt['epoch']) + 1}{f'/{of}' if of else ''}"
         batches = ckpt.get("loops", {}).get("fit_loop", {}).get("epoch_loop.batch_progress", {})
         if batches and not batches.get("is_last_batch", True):

@@ -1,0 +1,138 @@
+"""Scoring a checkpoint on a new file, checkpoints as data, and the unknown-token hint.
+
+`seqvae test --ckpt_path C --data.test FILE` needs only C and FILE: the vocabulary comes from
+the checkpoint, a line range of the run's config does not carry over to the new file, and a
+checkpoint that would run code when unpickled is refused in one line (nothing runs)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+from test_model import write_corpus
+
+from seqvae.cli import main
+from seqvae.data import TextDataModule, unk_token_hint
+
+TINY = ["--model.embed_dim=8", "--model.hidden_dim=12", "--model.latent_dim=4", "--trainer.enable_model_summary=false",
+        "--model.pooling=max", "--model.val_iw_samples=0", "--trainer.num_sanity_val_steps=0"]  # fmt: skip
+
+
+def run(args, capsys):
+    """Runs `seqvae ARGS` in this process: (exit status, stderr)."""
+    capsys.readouterr()
+    try:
+        main([str(a) for a in args])
+        status = 0
+    except SystemExit as exit:
+        status = exit.code
+    return status, capsys.readouterr().err
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """A run trained on lines 1-80 of one file (val 81-100, test 101-120, as yahoo10k does)."""
+    root = tmp_path_factory.mktemp("scoring")
+    write_corpus(root / "corpus.txt", 120, 0)
+    args = ["fit", f"--data.train={root / 'corpus.txt'}", "--data.train_lines=1-80", "--data.val_lines=81-100",
+            "--data.test_lines=101-120", "--model.test_iw_samples=2", "--trainer.max_epochs=1",
+            f"--trainer.logger.init_args.save_dir={root / 'runs'}", *TINY]  # fmt: skip
+    main(args)
+    return root, root / "runs" / "default" / "version_0"
+
+
+def metrics(run_dir: Path, name="metrics.json") -> dict:
+    return json.loads((run_dir / name).read_text())
+
+
+def test_score_a_checkpoint_on_a_new_file_without_the_training_text(trained, tmp_path, capsys, monkeypatch):
+    root, run_dir = trained
+    new = tmp_path / "new.txt"
+    lines = write_corpus(new, 17, 5)
+    ckpt = tmp_path / "model.ckpt"
+    shutil.copy(run_dir / "checkpoints" / "best.ckpt", ckpt)  # the checkpoint alone, elsewhere
+    monkeypatch.chdir(tmp_path)
+    moved = root / "corpus.moved"
+    os.rename(root / "corpus.txt", moved)  # the training corpus is gone
+    try:
+        status, err = run(["test", f"--ckpt_path={ckpt}", f"--data.test={new}", "--model.test_iw_samples=2"], capsys)
+    finally:
+        os.rename(moved, root / "corpus.txt")
+    assert status == 0, err
+    out = metrics(tmp_path / "runs" / "default" / "version_0")
+    assert out["data"]["test"]["texts"] == len(lines) and set(out["data"]) == {"test"}
+    assert out["data"]["test"]["predicted_tokens"] == sum(len(x.split()) + 1 for x in lines)
+
+
+def test_the_configs_line_range_does_not_carry_over_to_a_new_file(trained, tmp_path, capsys):
+    _, run_dir = trained
+    new = tmp_path / "new.txt"
+    lines = write_corpus(new, 30, 6)
+    base = ["test", f"--config={run_dir / 'config.yaml'}", f"--ckpt_path={run_dir / 'checkpoints' / 'best.ckpt'}",
+            f"--trainer.logger.init_args.save_dir={tmp_path}"]  # fmt: skip
+    status, err = run([*base, f"--data.test={new}"], capsys)
+    assert status == 0, err
+    assert metrics(tmp_path / "default" / "version_0")["data"]["test"]["texts"] == len(lines)  # not lines 101-120
+    status, err = run([*base, f"--data.test={new}", "--data.test_lines=3-7"], capsys)  # a range given with it is kept
+    assert status == 0, err
+    assert metrics(tmp_path / "default" / "version_1")["data"]["test"]["texts"] == 5
+    status, err = run(base, capsys)  # no new file: the run's own test split
+    assert status == 0, err
+    assert metrics(tmp_path / "default" / "version_2")["data"]["test"]["texts"] == 20
+
+
+class RunsCode:
+    """Unpickling this runs a command: what a checkpoint from an untrusted source can carry."""
+
+    def __init__(self, marker: Path):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
+@pytest.mark.parametrize("option", ["ckpt_path", "init_encoder_from", "vocab"])
+def test_a_checkpoint_carrying_code_is_refused_and_nothing_runs(trained, tmp_path, capsys, option):
+    root, run_dir = trained
+    marker = tmp_path / "ran"
+    state = torch.load(run_dir / "checkpoints" / "best.ckpt", weights_only=True)
+    state["extra"] = RunsCode(marker)
+    evil = tmp_path / "evil.ckpt"
+    torch.save(state, evil)
+    common = [f"--trainer.logger.init_args.save_dir={tmp_path / 'runs'}", "--trainer.max_epochs=1", *TINY]
+    data = [f"--data.train={root / 'corpus.txt'}", "--data.train_lines=1-80", "--data.val_lines=81-100", "--data.test_lines=101-120"]
+    args = {
+        "ckpt_path": ["test", f"--ckpt_path={evil}", *data, *common],
+        "init_encoder_from": ["fit", f"--model.init_encoder_from={evil}", *data, *common],
+        "vocab": ["test", f"--data.vocab={evil}", f"--data.test={root / 'corpus.txt'}", *common],
+    }[option]
+    status, err = run(args, capsys)
+    assert status == 2
+    lines = [x for x in err.splitlines() if x.startswith("seqvae: error:")]
+    assert len(lines) == 1 and str(evil) in lines[0] and "refused" in lines[0], err
+    assert not marker.exists()
+    assert not (tmp_path / "runs").exists()  # refused before a run directory was made
+
+
+def test_unk_token_hint():
+    texts = [["a", "<unk>", "b"], ["<unk>", "c"], ["UNK"]]
+    hint = unk_token_hint(texts, "_UNK")
+    assert "'<unk>' occurs 2 times" in hint and "--data.unk_token '<unk>'" in hint
+    assert unk_token_hint(texts, "<unk>") is None  # the configured token occurs
+    assert unk_token_hint([["a", "b"]], "_UNK") is None  # no other spelling either: nothing to say
+
+
+def test_datamodule_warns_once_about_the_unknown_token(tmp_path, capsys):
+    write_corpus(tmp_path / "c.txt", 30, 0)
+    with open(tmp_path / "c.txt", "a") as f:
+        f.write("the <unk> sat\n<unk> ran\n")
+    dm = TextDataModule(str(tmp_path / "c.txt"), unk_token="_UNK")
+    err = capsys.readouterr().err
+    assert err.count("seqvae: warning:") == 1 and "'<unk>' occurs 2 times" in err
+    assert dm.vocab.tokenizer.token_to_id("<unk>") is not None  # an ordinary word, as the warning says
+    TextDataModule(str(tmp_path / "c.txt"), unk_token="<unk>")
+    assert "warning" not in capsys.readouterr().err
