@@ -9,8 +9,11 @@ A generated block is the output of `seqvae compare ARGS` between two marker line
     | run | n | IW-NLL | ...
     <!-- /compare -->
 
-A `<!-- paired_gap ARGS -->` … `<!-- /paired_gap -->` block is the output of
-`python scripts/paired_gap.py ARGS` (each method's gap to the LM of the same seed).
+`ARGS` may hold `--baseline RUNS`: the block is then each row's difference to those runs with
+its 95% interval (e.g. each method's gap to the LM of the same seed:
+`'docs/results/yahoo10k_short/*/seed*' --label dir --baseline 'docs/results/yahoo10k_short/lm/seed*'`).
+A block of the former `scripts/paired_gap.py` (`<!-- paired_gap ... -->`) is an error naming that
+replacement.
 
 `--plots DIR` in ARGS redraws that block's figures (not under --check: they need matplotlib and
 PNG bytes differ across versions). The prose around the blocks is written by hand; only the
@@ -21,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib.util
 import io
 import os
 import re
@@ -35,23 +37,18 @@ ROOT = Path(__file__).resolve().parents[1]
 BLOCK = re.compile(r"^<!-- (?P<tool>compare|paired_gap) (?P<args>.+?) -->\n(?P<body>.*?)^<!-- /(?P=tool) -->$", re.M | re.S)
 
 
-def paired_gap_main(args: list[str]) -> int:
-    spec = importlib.util.spec_from_file_location("paired_gap", ROOT / "scripts" / "paired_gap.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.main(args)
-
-
-TOOLS = {"compare": compare.main, "paired_gap": paired_gap_main}  # scripts/paired_gap.py
-
-
 def table(args: list[str], where: str, tool: str = "compare") -> str:
+    if tool == "paired_gap":  # scripts/paired_gap.py was folded into `seqvae compare --baseline`
+        root = args[0] if args else "DIR"
+        raise SystemExit(
+            f"{where}: paired_gap blocks are gone: use <!-- compare '{root}/*/seed*' --label dir --baseline '{root}/lm/seed*' -->"
+        )
     out, err = io.StringIO(), io.StringIO()
     try:
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            code = TOOLS[tool](args)
-    except SystemExit as exit_:  # paired_gap exits with its one-line error
-        code, message = 1, str(exit_.code)
+            code = compare.main(args)
+    except SystemExit as exit_:  # argparse's usage errors: the usage, then the error line
+        code, message = exit_.code or 1, (err.getvalue().strip().splitlines() or [str(exit_.code)])[-1]
     else:
         message = err.getvalue().strip()
     if code != 0:

@@ -21,22 +21,57 @@ from pytorch_lightning.loggers import TensorBoardLogger
 from .allocator import reuse_freed_memory
 from .callbacks import PeriodicCheckpoint, PlateauRule
 from .data import CorpusError, TextDataModule, load_checkpoint
+from .provenance import provenance
 from .model import AGGRESSIVE_DDP, ConfigError, NonFiniteError, SeqVAE
 
 
-def write_new_file(path: Path, text: str) -> Path:
-    """Writes `text` next to `path` then renames it into place, never replacing an existing
-    file: returns the path written (`metrics.json`, else `metrics-2.json`, …)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    target, n = path, 1
-    while target.exists():
-        n += 1
-        target = path.with_name(f"{path.stem}-{n}{path.suffix}")
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=path.suffix)
+def numbered(path: Path, n: int) -> Path:
+    return path if n == 1 else path.with_name(f"{path.stem}-{n}{path.suffix}")
+
+
+def write_atomic(target: Path, text: str) -> None:
+    """Writes `text` to a temporary file beside `target`, then renames it into place: a kill
+    leaves either no file or the whole file."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".tmp-", suffix=target.suffix)
     with os.fdopen(fd, "w") as f:
         f.write(text)
+    os.chmod(tmp, 0o644)  # mkstemp's 0600 would hide results from the other users of a cluster
     os.replace(tmp, target)
-    return target
+
+
+def free_number(paths) -> int:
+    """The first n for which none of the numbered paths exists (1: the paths themselves)."""
+    n = 1
+    while any(numbered(p, n).exists() for p in paths):
+        n += 1
+    return n
+
+
+def write_new_files(texts: dict[Path, str], n: int | None = None) -> dict[Path, Path]:
+    """Writes each text to its path, never replacing an existing file: all get the same number
+    (`metrics.json` + `per_text.csv`, else `metrics-2.json` + `per_text-2.csv`, …), the first
+    free for every one of them. Written in the given order (the last, metrics.json, marks the
+    set complete). Returns {path asked: path written}."""
+    n = n or free_number(texts)
+    for path, text in texts.items():
+        write_atomic(numbered(path, n), text)
+    return {p: numbered(p, n) for p in texts}
+
+
+def write_new_file(path: Path, text: str) -> Path:
+    """Writes `text` at `path`, or `path-2`, … if taken; never replaces a file."""
+    return write_new_files({path: text})[path]
+
+
+def per_text_csv(rows: dict, line_numbers: list[int]) -> str:
+    """One row per test text, by position in the test split: its line in the test file, its
+    predicted tokens, −ELBO and KL (one z sample), IW-NLL and the IW-NLL's Monte-Carlo s.e."""
+    out = ["index,line,tokens,neg_elbo,kl,iw_nll,iw_se"]
+    cols = [rows[k].tolist() for k in ("index", "tokens", "neg_elbo", "kl", "iw_nll", "iw_se")]
+    for i, tokens, neg_elbo, kl, iw, se in zip(*cols):
+        out.append(f"{int(i)},{line_numbers[int(i)]},{int(tokens)},{neg_elbo:.6f},{kl:.6f},{iw:.6f},{se:.6f}")
+    return "\n".join(out) + "\n"
 
 
 class RunDirConfig(SaveConfigCallback):
@@ -180,6 +215,8 @@ class SeqVAECLI(LightningCLI):
             for cb in self.trainer.callbacks:
                 if isinstance(cb, RunDirConfig):
                     cb.resuming = True
+        for split in ("train", "val", "test"):  # read now if data.vocab deferred them: errors before any file
+            self.datamodule.split_ids(split)
         if not self.trainer.is_global_zero:
             return
         summary = self.datamodule.summary()
@@ -234,10 +271,28 @@ class SeqVAECLI(LightningCLI):
             print("seqvae: no run directory (trainer.fast_dev_run); metrics.json not written", file=sys.stderr)
             return
         run_dir = Path(log_dir)
+        m = self.model
         metrics = {k: float(v) for k, v in self.trainer.callback_metrics.items() if k.startswith("test/")}
-        metrics.update({"best_updates": self.model.num_updates, "iw_samples": self.model.hparams.test_iw_samples, **extra})
+        metrics.update({"best_updates": m.num_updates, "iw_samples": m.hparams.test_iw_samples, **extra})
         metrics["data"] = self.datamodule.summary()
-        path = write_new_file(run_dir / "metrics.json", json.dumps(metrics, indent=2, sort_keys=True) + "\n")
+        metrics["test_texts_sha256"] = metrics["data"]["test"]["sha256"]
+        cfg = self.config[self.subcommand]
+        metrics["seeds"] = {
+            "seed_everything": cfg.get("seed_everything"),
+            "data.seed": self.datamodule.hparams.seed,
+            "aggressive.seed": m.aggressive.seed if m.aggressive is not None else None,
+            "eval_seed": m.hparams.eval_seed,
+        }
+        metrics["provenance"] = provenance(["seqvae", *self._command_line])
+        files, rows = {}, m.last_test_rows
+        # metrics.json marks a complete set: a per_text.csv without its metrics.json (a kill
+        # between the two writes) is the unfinished half of this set and is replaced.
+        n = free_number([run_dir / "metrics.json"])
+        if rows is not None and len(rows["index"]):
+            metrics["per_text_file"] = numbered(run_dir / "per_text.csv", n).name
+            files[run_dir / "per_text.csv"] = per_text_csv(rows, self.datamodule.corpora["test"].line_numbers)
+        files[run_dir / "metrics.json"] = json.dumps(metrics, indent=2, sort_keys=True) + "\n"
+        path = write_new_files(files, n)[run_dir / "metrics.json"]
         width = max(len(k) for k in metrics)
         print(f"seqvae: wrote {path}")
         for k, v in sorted(metrics.items()):

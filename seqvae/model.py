@@ -22,7 +22,7 @@ import torch
 from .aggressive import AggressiveTraining
 from .data import BOS_ID, EOS_ID, PAD_ID, UNK_ID, ConfigError, Vocabulary, collate, load_checkpoint, run_seed
 from .losses import KLPenalty, Regularizer, StandardKL, gaussian_kl
-from .metrics import EvalMetrics, iw_nll, sample_posterior
+from .metrics import EvalMetrics, iw_log_weights, iw_nll, iw_nll_standard_error, sample_posterior
 from .networks import Init, LSTMDecoder, LSTMEncoder, Pooling
 from .schedules import KLSchedule, LinearKLWarmup
 
@@ -159,7 +159,7 @@ class SeqVAE(pl.LightningModule):
             self.encoder = LSTMEncoder(vocab_size, embed_dim, hidden_dim, latent_dim, pooling, bn_gamma, bn_eps, init)
         self.decoder = LSTMDecoder(vocab_size, embed_dim, hidden_dim, latent_dim, dropout_in, dropout_out, skip, init)
         self.val_metrics = EvalMetrics(latent_dim, hidden_dim, mi_dataset)
-        self.test_metrics = EvalMetrics(latent_dim, hidden_dim, mi_dataset)
+        self.test_metrics = EvalMetrics(latent_dim, hidden_dim, mi_dataset, per_text=True)  # per_text.csv
         self.num_updates = 0  # training batches consumed (outer iterations); drives the KL schedule
         self.encoder_updates = 0  # optimiser steps of the encoder (> num_updates when aggressive)
         self.decoder_updates = 0
@@ -169,6 +169,7 @@ class SeqVAE(pl.LightningModule):
         self._eval_replay: list[int] = []  # DDP: batch sizes whose evaluation noise this rank skips
         self._resume_rng: dict | None = None  # RNG states of a mid-epoch checkpoint, until training resumes
         self._batch_idx = 0
+        self.last_test_rows: dict[str, torch.Tensor] | None = None
 
     # ---------------------------------------------------------------- loss of one batch
     def kl_weight(self) -> float:
@@ -353,9 +354,11 @@ class SeqVAE(pl.LightningModule):
     def _eval_step(self, batch, metrics: EvalMetrics, n_iw: int) -> None:
         tokens, lengths = batch["tokens"], batch["lengths"]
         n_predicted = lengths - 1
+        index = batch.get("index")
         if self.encoder is None:
             nll = -self.decoder.log_likelihood(tokens, lengths, None)[:, 0]  # exact
-            metrics.update(nll, torch.zeros_like(nll), n_predicted, iw_nll=nll if n_iw else None)
+            iw, iw_se = (nll, torch.zeros_like(nll)) if n_iw else (None, None)
+            metrics.update(nll, torch.zeros_like(nll), n_predicted, iw_nll=iw, index=index, iw_se=iw_se)
             return
         gen = self._eval_generator
         mu, logvar, h = self.encoder(tokens, lengths)
@@ -364,11 +367,13 @@ class SeqVAE(pl.LightningModule):
             self._eval_replay = []
         rec = -self.decoder.log_likelihood(tokens, lengths, sample_posterior(mu, logvar, 1, gen))[:, 0]
         kl = gaussian_kl(mu, logvar).sum(-1)
-        iw = None
+        iw = iw_se = None
         if n_iw:
             ll = lambda z: self.decoder.log_likelihood(tokens, lengths, z)  # noqa: E731
-            iw = iw_nll(ll, mu, logvar, n_iw, self._iw_chunk(tokens), gen)
-        metrics.update(rec, kl, n_predicted, mu, logvar, h, iw, mi_generator=gen)
+            log_w = iw_log_weights(ll, mu, logvar, n_iw, self._iw_chunk(tokens), gen)  # (B, K)
+            iw = -(torch.logsumexp(log_w, dim=1) - math.log(n_iw))
+            iw_se = iw_nll_standard_error(log_w)  # its Monte-Carlo noise, per text
+        metrics.update(rec, kl, n_predicted, mu, logvar, h, iw, mi_generator=gen, index=index, iw_se=iw_se)
 
     def _start_eval(self):
         # Evaluation draws its noise from its own generator, seeded afresh every epoch: a
@@ -422,6 +427,8 @@ class SeqVAE(pl.LightningModule):
         self._eval_step(batch, self.test_metrics, self.hparams.test_iw_samples)
 
     def on_test_epoch_end(self):
+        # Per-text values (gathered over DDP ranks), for the CLI's per_text.csv.
+        self.last_test_rows = {k: v.cpu() for k, v in self.test_metrics.per_text_rows().items()}
         self._log_eval("test", self.test_metrics)
 
     def on_predict_start(self):

@@ -7,8 +7,8 @@ The grid file (see configs/sweeps/):
     root: runs/sweeps/demo               # cell run directories: <root>/<variant>/seed<N>/
     configs: [configs/demo.yaml]         # base config files, for every cell
     overrides: {trainer.max_epochs: 3}   # optional dotted overrides, for every cell
-    export: docs/results/demo            # optional: finished cells' config.yaml, metrics.json and
-                                         #   curves.csv are copied to <export>/<variant>/seed<N>/
+    export: docs/results/demo            # optional: finished cells' config.yaml, metrics.json,
+                                         #   per_text.csv and curves.csv are copied to <export>/<variant>/seed<N>/
     seeds: [1, 2]                        # seed_everything of each cell
     variants:                            # one row of the grid each
       - name: last                       # its directory name
@@ -369,9 +369,22 @@ def write_curves(run_dir: Path) -> None:
     compare.write_curves(run_dir, out)
 
 
+def result_files(run_dir: Path) -> list[str]:
+    """A finished run's small result files, in copy order: config.yaml, curves.csv, its per-text
+    results (the file metrics.json names) and metrics.json last (it marks the set complete)."""
+    names = ["config.yaml", "curves.csv"]
+    try:
+        per_text = json.loads((run_dir / "metrics.json").read_text()).get("per_text_file")
+    except (OSError, json.JSONDecodeError):
+        per_text = None
+    if per_text and Path(per_text).name == per_text:
+        names.append(per_text)
+    return [*names, "metrics.json"]
+
+
 def export_cell(cell: Cell) -> bool:
-    """Copies a finished cell's config.yaml, metrics.json and curves.csv to its export directory
-    (small files, meant to be committed; checkpoints and event files stay in the run directory).
+    """Copies a finished cell's result files (`result_files`) to its export directory (small
+    files, meant to be committed; checkpoints and event files stay in the run directory).
     Returns whether it copied (False: no export directory, or already there and up to date)."""
     if cell.export_dir is None:
         return False
@@ -379,7 +392,7 @@ def export_cell(cell: Cell) -> bool:
     if done.exists() and done.stat().st_mtime >= (cell.run_dir / "metrics.json").stat().st_mtime:
         return False
     cell.export_dir.mkdir(parents=True, exist_ok=True)
-    for name in ("config.yaml", "curves.csv", "metrics.json"):  # metrics.json last: it marks "complete"
+    for name in result_files(cell.run_dir):
         if (cell.run_dir / name).exists():
             shutil.copy2(cell.run_dir / name, cell.export_dir / name)
     return True

@@ -6,6 +6,8 @@ import copy
 import csv
 import io
 import json
+import math
+import statistics
 from pathlib import Path
 
 import pytest
@@ -23,6 +25,8 @@ BASE = {
     "model": {
         "pooling": "max",
         "latent_dim": 32,
+        "init": "reference",
+        "bn_eps": 1e-5,
         "kl_schedule": {"class_path": "seqvae.LinearKLWarmup", "init_args": {"start": 0.1, "warmup_epochs": 10.0}},
     },
     "data": {"batch_size": 32, "seed": 0},
@@ -32,8 +36,11 @@ BASE = {
 }
 
 
-def make_run(root: Path, variant: str, seed: int, metrics: dict, curves: list[dict] | None = None, **model) -> Path:
-    """docs/results/<dataset>/<variant>/seed<N>/ layout; everything that names the run differs by seed."""
+def make_run(
+    root: Path, variant: str, seed: int, metrics: dict, curves: list[dict] | None = None, drop: tuple = (), **model
+) -> Path:
+    """docs/results/<dataset>/<variant>/seed<N>/ layout; everything that names the run differs by seed.
+    `drop`: model keys the run's config.yaml lacks (written before they existed)."""
     run = root / "yahoo" / variant / f"seed{seed}"
     run.mkdir(parents=True)
     config = copy.deepcopy(BASE)
@@ -42,6 +49,8 @@ def make_run(root: Path, variant: str, seed: int, metrics: dict, curves: list[di
     config["trainer"]["logger"]["init_args"].update(name=variant, version=f"seed{seed}")
     config["checkpoint"]["dirpath"] = str(run / "checkpoints")
     config["model"].update(model)
+    for key in drop:
+        del config["model"][key]
     (run / "config.yaml").write_text("# pytorch_lightning==2.6.6\n" + yaml.safe_dump(config))
     (run / "metrics.json").write_text(json.dumps(metrics))
     if curves is not None:
@@ -50,6 +59,9 @@ def make_run(root: Path, variant: str, seed: int, metrics: dict, curves: list[di
             writer.writeheader()
             writer.writerows(curves)
     return run
+
+
+COMMIT = "c0ffee" + "0" * 34
 
 
 def metrics(iw_nll: float, fit_seconds: float, old: bool = False) -> dict:
@@ -70,6 +82,7 @@ def metrics(iw_nll: float, fit_seconds: float, old: bool = False) -> dict:
         "encoder_updates": 1500,
         "decoder_updates": 1000,
         "fit_seconds": fit_seconds,
+        "provenance": {"git_commit": COMMIT, "git_dirty": False, "torch": "2.13.0"},
     }
     if old:  # written before the MI(dataset) and spectrum metrics and the update counters existed
         for key in ("test/mi_dataset", "encoder_updates", "decoder_updates", "test/feature_ev1", "test/feature_ev3",
@@ -113,11 +126,12 @@ def run_compare(capsys, *argv) -> tuple[int, str, str]:
 def test_json_groups_by_seed_with_exact_stats(runs, capsys):
     rc, out, _ = run_compare(capsys, f"{runs}/yahoo/*/seed*", "--format", "json")
     assert rc == 0
-    rows = {r["label"]: r for r in json.loads(out)}
+    rows = {r["label"]: r for r in json.loads(out)["rows"]}
     assert set(rows) == {"pooling=max", "pooling=last"}
     mx, last = rows["pooling=max"], rows["pooling=last"]
     assert (mx["n"], last["n"]) == (3, 2)
-    assert [Path(p).name for p in mx["runs"]] == ["seed1", "seed2", "seed3"]
+    assert [Path(r["path"]).name for r in mx["runs"]] == ["seed1", "seed2", "seed3"]
+    assert [r["seed"] for r in mx["runs"]] == [1, 2, 3] and mx["baseline"] is False and "difference" not in mx
     assert mx["iw_nll"] == {"mean": 102.0, "std": 2.0}
     assert mx["neg_elbo"] == {"mean": 105.0, "std": 2.0}
     assert mx["train_minutes"] == {"mean": 20.0, "std": 10.0}
@@ -134,14 +148,14 @@ def test_encoder_init_path_of_each_seed_does_not_split_the_group(tmp_path, capsy
         make_run(tmp_path, "freebits", seed, metrics(100.0 + seed, 60.0), pooling="last", init_encoder_from=ckpt)
     rc, out, _ = run_compare(capsys, f"{tmp_path}/yahoo/*/seed*", "--format", "json")
     assert rc == 0
-    (row,) = json.loads(out)
+    (row,) = json.loads(out)["rows"]
     assert row["n"] == 2 and row["iw_nll"]["mean"] == 101.5
 
 
 def test_single_run_has_no_std(runs, capsys):
     rc, out, _ = run_compare(capsys, runs / "yahoo" / "max" / "seed2", "--format", "json")
     assert rc == 0
-    (row,) = json.loads(out)
+    (row,) = json.loads(out)["rows"]
     assert row["n"] == 1 and row["iw_nll"] == {"mean": 102.0, "std": None}
     assert row["label"] == "max"  # nothing varies: the run directory's parent
 
@@ -164,7 +178,7 @@ def test_markdown_through_the_cli(runs, capsys):
 
 def test_spectrum_columns_blank_for_older_runs(runs, capsys):
     rc, out, _ = run_compare(capsys, f"{runs}/yahoo/*/seed*", "--format", "json")
-    rows = {r["label"]: r for r in json.loads(out)}
+    rows = {r["label"]: r for r in json.loads(out)["rows"]}
     assert rows["pooling=max"]["feature_ev1"] == {"mean": pytest.approx(0.602), "std": pytest.approx(0.002)}
     assert rows["pooling=max"]["mu_erank"] == {"mean": 7.0, "std": 0.0}
     assert rows["pooling=last"]["feature_erank"] == {"mean": None, "std": None}
@@ -196,7 +210,7 @@ def test_labels_name_every_varying_key(tmp_path, capsys):
     make_run(tmp_path, "b", 1, metrics(2.0, 60.0), latent_dim=32, kl_schedule=schedule)
     rc, out, _ = run_compare(capsys, f"{tmp_path}/yahoo/*/seed1", "--format", "json")
     assert rc == 0
-    assert [r["label"] for r in json.loads(out)] == [
+    assert [r["label"] for r in json.loads(out)["rows"]] == [
         "kl_schedule=LinearKLWarmup, start=0.1, warmup_epochs=10.0, latent_dim=16",
         "kl_schedule=CyclicalKL, cycles=4, latent_dim=32",
     ]
@@ -271,7 +285,7 @@ def test_label_by_variant_directory(tmp_path):
 
 
 def test_runs_from_before_and_after_new_run_mechanics_keys_group_together(tmp_path):
-    old = make_run(tmp_path, "max", 1, metrics(400.0, 60.0))
+    old = make_run(tmp_path, "max", 1, metrics(400.0, 60.0), drop=("init", "bn_eps"))
     new = make_run(tmp_path, "max", 2, metrics(402.0, 60.0))
     config = yaml.safe_load((new / "config.yaml").read_text())
     config["periodic_checkpoint"] = {"every_n_minutes": 10.0, "every_n_batches": None}
@@ -283,7 +297,7 @@ def test_runs_from_before_and_after_new_run_mechanics_keys_group_together(tmp_pa
 
 
 def test_runs_from_before_a_model_key_existed_group_with_its_default_only(tmp_path):
-    old = make_run(tmp_path, "max", 1, metrics(400.0, 60.0))  # written before model.init existed
+    old = make_run(tmp_path, "max", 1, metrics(400.0, 60.0), drop=("init",))  # written before model.init existed
     same = make_run(tmp_path, "max", 2, metrics(402.0, 60.0), init="reference")
     other = make_run(tmp_path, "maxinit", 3, metrics(390.0, 60.0), init="pytorch")
     groups = compare.group_runs(compare.find_runs([str(old), str(same), str(other)]))
@@ -301,3 +315,338 @@ def test_y_scale_decides_the_axis():
     assert compare.y_scale([-0.02, 0.2, 5000.0]) == ("symlog", {"linthresh": 0.2})
     assert compare.y_scale([-0.02, 0.2, 5.0]) == ("linear", {})
     assert compare.y_scale([0.0, 0.0]) == ("linear", {}) and compare.y_scale([]) == ("linear", {})
+
+
+# ---------------------------------------------------------------- --baseline: differences with 95% intervals
+
+REPO = Path(__file__).resolve().parents[1]
+T2, T3, T4 = 4.302652730, 3.182446305, 2.776445105  # t(0.975, df) for df 2, 3, 4 (any table)
+
+
+def t_cdf_from_zero(q: float, df: int, steps: int = 4000) -> float:
+    """P(0 < T < q) for Student's t with df degrees of freedom, by Simpson's rule on its density."""
+    c = math.exp(math.lgamma((df + 1) / 2) - math.lgamma(df / 2)) / math.sqrt(df * math.pi)
+    h = q / steps
+    weights = (1 if i in (0, steps) else 4 if i % 2 else 2 for i in range(steps + 1))
+    return h / 3 * sum(w * c * (1 + (i * h) ** 2 / df) ** (-(df + 1) / 2) for i, w in enumerate(weights))
+
+
+def test_t_quantiles_are_the_975_points():
+    assert [round(compare.t975(df), 3) for df in (1, 2, 4, 10, 30)] == [12.706, 4.303, 2.776, 2.228, 2.042]
+    assert [round(compare.t975(df), 3) for df in (40, 60, 120)] == [2.021, 2.000, 1.980]  # the expansion past the table
+    assert compare.t975(10**6) == pytest.approx(statistics.NormalDist().inv_cdf(0.975), abs=1e-5)
+    for df in [*range(1, 36), 50, 200, 1000]:
+        assert t_cdf_from_zero(compare.t975(df), df) == pytest.approx(0.475, abs=1e-8), df
+    assert compare.t975(2.9) == compare.t975(2)  # Welch's fractional df is rounded down
+    with pytest.raises(ValueError):
+        compare.t975(0.5)
+
+
+def diff_runs(root: Path, variant: str, values: dict[int, float], **model) -> None:
+    """One run per seed; IW-NLL given, −ELBO = IW-NLL + 3 + seed/10, MI = seed/100 (so they vary too)."""
+    for seed, nll in values.items():
+        m = metrics(nll, 60.0)
+        m["test/loss"] = nll + 3 + seed / 10
+        m["test/mi"] = seed / 100
+        make_run(root, variant, seed, m, **model)
+
+
+def vs_base(capsys, root: Path, *argv) -> tuple[int, str, str]:
+    """compare every run under root, rows labelled by directory, against the runs of `base`."""
+    return run_compare(capsys, f"{root}/yahoo/*/seed*", "--label", "dir", "--baseline", f"{root}/yahoo/base/seed*", *argv)
+
+
+def md_rows(out: str) -> dict[str, list[str]]:
+    """label -> cells (after label) of the markdown differences table."""
+    rows = {}
+    for line in out.splitlines():
+        if line.startswith("| ") and not line.startswith("| run "):
+            cells = [c.strip() for c in line.strip("|").split("|")]
+            rows[cells[0]] = cells[1:]
+    return rows
+
+
+def test_baseline_paired_by_seed(tmp_path, capsys):
+    diff_runs(tmp_path, "base", {1: 100.0, 2: 101.0, 3: 103.0}, latent_dim=8)
+    diff_runs(tmp_path, "a", {1: 102.0, 2: 104.0, 3: 104.0}, latent_dim=16)  # d = 2, 3, 1
+    diff_runs(tmp_path, "b", {1: 105.0, 2: 107.0, 3: 110.0, 4: 1.0}, latent_dim=32)  # d = 5, 6, 7; seed 4 unpaired
+    rc, out, err = vs_base(capsys, tmp_path)
+    assert rc == 0 and err == ""
+    rows = md_rows(out)
+    assert list(rows) == ["base (baseline)", "a", "b"]
+    headers = [c.strip() for c in next(x for x in out.splitlines() if x.startswith("| run ")).strip("|").split("|")]
+    assert headers[:5] == ["run", "n", "paired by", "IW-NLL", "−ELBO"]
+    half = T2 * 1.0 / math.sqrt(3)  # sd of (2, 3, 1) and of (5, 6, 7) is 1
+    assert rows["a"][2] == f"+2.00 [{2 - half:+.2f}, {2 + half:+.2f}]"
+    assert rows["a"][:3] == ["3", "seed, n=3", "+2.00 [-0.48, +4.48]"]
+    assert rows["b"][:3] == ["4", "seed, n=3", "+6.00 [+3.52, +8.48]*"]  # excludes 0: marked
+    assert rows["b"][3] == "+6.00 [+3.52, +8.48]*"  # −ELBO: the same seed-wise differences
+    assert rows["a"][5] == "+0.00 [+0.00, +0.00]"  # MI: identical per seed; an interval of width 0 at 0 is not marked
+    assert rows["base (baseline)"][:4] == ["3", "–", "101.33 ± 1.53", "104.53 ± 1.63"]
+    assert "- a: paired by seed with base, seeds 1, 2, 3 (n = 3, t(0.975, 2) = 4.303)" in out.splitlines()
+    assert ("- b: paired by seed with base, seeds 1, 2, 3 (n = 3, t(0.975, 2) = 4.303); "
+            "1 run(s) without a partner of the same seed left out") in out.splitlines()  # fmt: skip
+    assert "\n\n| run | n | paired by |" in out and "|\n\n- a: " in out  # blank lines around the table
+    rc, out, _ = vs_base(capsys, tmp_path, "--format", "json")
+    doc = json.loads(out)
+    b = next(r for r in doc["rows"] if r["label"] == "b")
+    assert b["difference"]["iw_nll"] == {"diff": 6.0, "lo": pytest.approx(6 - half), "hi": pytest.approx(6 + half), "n": 3,
+                                         "df": 2, "by": "seed", "why": None, "mc_se": None, "excludes_zero": True}  # fmt: skip
+    a = next(r for r in doc["rows"] if r["label"] == "a")
+    assert a["difference"]["iw_nll"]["excludes_zero"] is False and a["paired_by"] == "seed, n=3"
+    assert doc["baseline"] == "base" and doc["rows"][0]["baseline"] is True and "difference" not in doc["rows"][0]
+
+
+def write_per_text(run: Path, table: dict[str, list[float]], digest: str = "d1", order: list[int] | None = None) -> None:
+    """per_text.csv (rows in `order`) and the metrics.json keys that name it."""
+    n = len(table["neg_elbo"])
+    with open(run / "per_text.csv", "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["index", "line", "tokens", "neg_elbo", "kl", "iw_nll", "iw_se"])
+        for i in order or range(n):
+            writer.writerow([i, i + 1, 10, table["neg_elbo"][i], table["kl"][i], table["iw_nll"][i], "nan"])
+    m = json.loads((run / "metrics.json").read_text())
+    m.update(per_text_file="per_text.csv", test_texts_sha256=digest)
+    (run / "metrics.json").write_text(json.dumps(m))
+
+
+BASE_TEXTS = {
+    "neg_elbo": [10.0, 20.0, 30.0, 40.0, 50.0],
+    "kl": [1.0, 2.0, 3.0, 4.0, 5.0],
+    "iw_nll": [9.0, 19.0, 29.0, 39.0, 49.0],
+}
+D_ELBO, D_KL, D_IW = [1.0, 2.0, 3.0, 4.0, 5.0], [-1.0, 1.0, 0.0, 2.0, -2.0], [0.5, 1.0, math.nan, 1.5, 2.0]
+
+
+def text_pair(tmp_path: Path, digest_b: str = "d1") -> tuple[Path, Path]:
+    """Two single runs (seed 1) of different configs with per-text files; b − a per text is D_*."""
+    ma = metrics(100.0, 60.0) | {"test/mi_dataset": 0.30, "test/mi_dataset_se": 0.03, "iw_samples": 100}
+    mb = metrics(102.0, 60.0) | {"test/mi_dataset": 0.70, "test/mi_dataset_se": 0.04, "iw_samples": 100}
+    a = make_run(tmp_path, "a", 1, ma, latent_dim=8)
+    b = make_run(tmp_path, "b", 1, mb, latent_dim=16)
+    write_per_text(a, BASE_TEXTS)
+    shifted = {k: [x + d for x, d in zip(BASE_TEXTS[k], dk)] for k, dk in (("neg_elbo", D_ELBO), ("kl", D_KL), ("iw_nll", D_IW))}
+    write_per_text(b, shifted, digest=digest_b, order=[4, 2, 0, 3, 1])  # rows in another order: matched by index
+    return a, b
+
+
+def test_baseline_paired_by_text(tmp_path, capsys):
+    a, b = text_pair(tmp_path)
+    rc, out, err = run_compare(capsys, b, "--baseline", a, "--format", "json")
+    assert rc == 0 and err == ""
+    doc = json.loads(out)
+    assert [r["label"] for r in doc["rows"]] == ["latent_dim=8", "latent_dim=16"]
+    diff = doc["rows"][1]["difference"]
+    # −ELBO: d = 1..5, mean 3, sd √2.5, t(0.975, 4)
+    half = T4 * statistics.stdev(D_ELBO) / math.sqrt(5)
+    assert diff["neg_elbo"] == {"diff": 3.0, "lo": pytest.approx(3 - half), "hi": pytest.approx(3 + half), "n": 5, "df": 4,
+                                "by": "text", "why": None, "mc_se": None, "excludes_zero": True}  # fmt: skip
+    half = T4 * statistics.stdev(D_KL) / math.sqrt(5)
+    assert diff["kl"]["diff"] == pytest.approx(0.0) and diff["kl"]["hi"] == pytest.approx(half)
+    assert diff["kl"]["excludes_zero"] is False
+    # IW-NLL: the text whose value is nan is left out: n = 4, t(0.975, 3)
+    d_iw = [x for x in D_IW if not math.isnan(x)]
+    half = T3 * statistics.stdev(d_iw) / math.sqrt(4)
+    assert diff["iw_nll"]["n"] == 4 and diff["iw_nll"]["diff"] == pytest.approx(1.25)
+    assert (diff["iw_nll"]["lo"], diff["iw_nll"]["hi"]) == (pytest.approx(1.25 - half), pytest.approx(1.25 + half))
+    # set-level metrics of one run per side: the difference, no interval; MC noise of MI(dataset) beside it
+    assert diff["mi"] == {**dict.fromkeys(diff["mi"]), "diff": 0.0, "n": 1, "why": "one run per side"}
+    assert diff["mi_dataset"]["diff"] == pytest.approx(0.4) and diff["mi_dataset"]["mc_se"] == pytest.approx(0.05)
+    assert (diff["iw_ppl"]["diff"], diff["iw_ppl"]["lo"], diff["iw_ppl"]["why"]) == (0.0, None, "one run per side")
+    assert doc["pairings"] == [
+        "latent_dim=16: seed 1 vs latent_dim=8 seed 1: IW-NLL, −ELBO, KL paired by test text (n = 5 texts, "
+        "t(0.975, 4) = 2.776; IW-NLL on the 4 texts both have it for); MI, MI(dataset), AU, PPL: n/a, one run per side"
+    ]
+    rc, out, _ = run_compare(capsys, b, "--baseline", a)
+    cells = md_rows(out)["latent_dim=16"]
+    assert cells[:5] == ["1", "text, n=5", "+1.25 [+0.22, +2.28]*", "+3.00 [+1.04, +4.96]*", "+0.00 [-1.96, +1.96]"]
+    assert cells[5:7] == ["+0.00 (n/a)", "+0.40 (n/a; MC se 0.05)"]
+    assert cells[-1] == "0.040"  # the row's own MI(dataset) MC se column
+
+
+def test_by_text_falls_back_when_the_test_texts_differ(tmp_path, capsys):
+    a, b = text_pair(tmp_path, digest_b="other")
+    rc, out, err = run_compare(capsys, b, "--baseline", a)
+    assert rc == 0 and err == ""
+    cells = md_rows(out)["latent_dim=16"]
+    assert cells[:5] == ["1", "one run each", "+2.00 (n/a)", "+2.00 (n/a)", "+0.00 (n/a)"]  # metrics.json values
+    assert ("- latent_dim=16: seed 1 vs latent_dim=8 seed 1: not paired by text (different test texts "
+            "(test_texts_sha256 other… vs d1…)); one run per side: differences only, n/a") in out.splitlines()  # fmt: skip
+    # same digest but not the same rows, or a per-text file gone: also no pairing by text, said why
+    write_per_text(b, {k: v[:4] for k, v in BASE_TEXTS.items()}, digest="d1")
+    _, out, _ = run_compare(capsys, b, "--baseline", a)
+    assert "not paired by text (the per-text files have different rows (4 vs 5 texts, 1 unmatched))" in out
+    (a / "per_text.csv").unlink()
+    _, out, _ = run_compare(capsys, b, "--baseline", a)
+    assert f"not paired by text ({a / 'per_text.csv'} is missing)" in out
+
+
+def test_malformed_per_text_file_is_an_error(tmp_path, capsys):
+    a, b = text_pair(tmp_path)
+    (b / "per_text.csv").write_text("index,line,tokens\n0,1,3\n")
+    rc, out, err = run_compare(capsys, b, "--baseline", a)
+    assert rc == 2 and out == ""
+    expected = "expected index,line,tokens,neg_elbo,kl,iw_nll,iw_se"
+    assert err == f"seqvae compare: error: {b / 'per_text.csv'}: no column neg_elbo, kl, iw_nll ({expected})\n"
+    (b / "per_text.csv").write_text("index,line,tokens,neg_elbo,kl,iw_nll,iw_se\n0,1,3,1.0,0.5,nan,nan\n0,2,3,1.0,x,1,1\n")
+    rc, out, err = run_compare(capsys, b, "--baseline", a)
+    assert (rc, out) == (2, "") and err.startswith(f"seqvae compare: error: {b / 'per_text.csv'}:3: not a number in ")
+    (b / "per_text.csv").write_text("index,line,tokens,neg_elbo,kl,iw_nll,iw_se\n0,1,3,1.0,0.5,nan,nan\n0,2,3,1.0,1,1,1\n")
+    rc, out, err = run_compare(capsys, b, "--baseline", a)
+    assert (rc, out) == (2, "") and err == f"seqvae compare: error: {b / 'per_text.csv'}:3: index 0 occurs twice\n"
+
+
+def test_same_config_two_seeds_baseline_is_its_own_row(tmp_path, capsys):
+    """`seqvae compare A B --baseline A` with A and B one config (seeds 1, 2): B against A, by text."""
+    a = make_run(tmp_path, "max", 1, metrics(100.0, 60.0))
+    b = make_run(tmp_path, "max", 2, metrics(101.0, 60.0))
+    write_per_text(a, BASE_TEXTS)
+    write_per_text(b, {k: [x + 1 for x in v] for k, v in BASE_TEXTS.items()})
+    rc, out, _ = run_compare(capsys, a, b, "--baseline", a)
+    assert rc == 0
+    rows = md_rows(out)
+    assert list(rows) == ["max (baseline)", "max"]
+    assert rows["max"][:4] == ["1", "text, n=5", "+1.00 [+1.00, +1.00]*", "+1.00 [+1.00, +1.00]*"]
+    assert "- max: seed 2 vs max seed 1: IW-NLL, −ELBO, KL paired by test text (n = 5 texts, t(0.975, 4) = 2.776)" in out
+
+
+def test_one_run_against_the_baseline_run_of_its_seed(tmp_path, capsys):
+    diff_runs(tmp_path, "base", {1: 100.0, 2: 101.0, 3: 103.0}, latent_dim=8)
+    diff_runs(tmp_path, "one", {2: 110.0}, latent_dim=16)
+    diff_runs(tmp_path, "orphan", {7: 90.0}, latent_dim=32)
+    rc, out, _ = vs_base(capsys, tmp_path)
+    rows = md_rows(out)
+    assert rows["one"][:3] == ["1", "one run each", "+9.00 (n/a)"]  # 110 − 101 (seed 2), not − the mean 101.33
+    assert rows["orphan"][:3] == ["1", "–", "-11.33 (n/a)"]  # no seed 7 in the baseline: difference of the means
+    lines = out.splitlines()
+    assert "- one: seed 2 vs base seed 2: not paired by text (" in "\n".join(lines)
+    assert "- orphan: not paired: 1 run (seed 7) and no base run of the same seed; difference of the means, no interval" in lines
+
+
+def test_unpaired_welch_when_no_seed_is_shared(tmp_path, capsys):
+    base, other = {1: 100.0, 2: 101.0, 3: 103.0}, {4: 104.0, 5: 110.0, 6: 107.0, 7: 109.0}
+    diff_runs(tmp_path, "base", base, latent_dim=8)
+    diff_runs(tmp_path, "w", other, latent_dim=16)
+    rc, out, _ = vs_base(capsys, tmp_path, "--format", "json")
+    doc = json.loads(out)
+    d = doc["rows"][1]["difference"]["iw_nll"]
+    a, b = list(other.values()), list(base.values())
+    va, vb = statistics.variance(a) / 4, statistics.variance(b) / 3
+    df = (va + vb) ** 2 / (va**2 / 3 + vb**2 / 2)
+    assert 4 < df < 5  # so t(0.975, 4) by rounding down
+    half = T4 * math.sqrt(va + vb)
+    mean = statistics.fmean(a) - statistics.fmean(b)
+    assert d == {"diff": pytest.approx(mean), "lo": pytest.approx(mean - half), "hi": pytest.approx(mean + half), "n": 7,
+                 "df": 4, "by": "welch", "why": None, "mc_se": None, "excludes_zero": True}  # fmt: skip
+    assert doc["pairings"] == ["w: not paired (no seed in common): unpaired Welch interval, 4 vs 3 runs (df rounded down)"]
+
+
+def test_commit_warning_is_one_line(tmp_path, capsys):
+    def prov(commit, dirty=False):
+        return {"git_commit": commit, "git_dirty": dirty}
+
+    a1 = metrics(100.0, 60.0) | {"provenance": prov("a" * 40)}
+    make_run(tmp_path, "a", 1, a1, latent_dim=8)
+    make_run(tmp_path, "a", 2, a1, latent_dim=8)
+    rc, _, err = run_compare(capsys, f"{tmp_path}/yahoo/*/seed*")
+    assert rc == 0 and err == ""  # one clean commit: nothing to say
+    make_run(tmp_path, "b", 1, metrics(100.0, 60.0) | {"provenance": prov("b" * 40, dirty=True)}, latent_dim=16)
+    no_prov = metrics(100.0, 60.0)
+    del no_prov["provenance"]
+    make_run(tmp_path, "c", 1, no_prov, latent_dim=32)
+    for fmt in ("markdown", "csv", "json"):
+        rc, out, err = run_compare(capsys, f"{tmp_path}/yahoo/*/seed*", "--format", fmt)
+        assert rc == 0
+        assert err == ("seqvae compare: warning: runs come from 3 commits (aaaaaaa ×2, bbbbbbb+dirty ×1, unknown ×1); "
+                       "unknown: metrics.json has no provenance; +dirty: with uncommitted changes\n")  # fmt: skip
+    doc = json.loads(out)
+    assert doc["warnings"] == [err.removeprefix("seqvae compare: warning: ").rstrip("\n")]
+    runs = {Path(r["path"]).parent.name: r for row in doc["rows"] for r in row["runs"]}
+    assert runs["a"]["provenance"] == prov("a" * 40) and runs["c"]["provenance"] is None
+
+
+def test_filled_in_defaults_are_named(tmp_path, capsys):
+    make_run(tmp_path, "max", 1, metrics(100.0, 60.0), drop=("init", "bn_eps"))
+    make_run(tmp_path, "max", 2, metrics(101.0, 60.0))
+    make_run(tmp_path, "last", 1, metrics(100.0, 60.0), drop=("init",), pooling="last")
+    make_run(tmp_path, "last", 2, metrics(100.0, 60.0), drop=("init",), pooling="last")
+    rc, out, err = run_compare(capsys, f"{tmp_path}/yahoo/*/seed*")
+    assert rc == 0 and err == ""
+    lines = out.splitlines()
+    assert len(md_rows(out)) == 2 and lines[4] == ""  # still two groups; a blank line ends the table
+    assert lines[5:] == [
+        "- Filled in model.init=reference (config.yaml written before the key existed; the default then): pooling=last (all 2)",
+        "- Filled in model.init=reference, model.bn_eps=1e-05 (config.yaml written before the key existed; "
+        "the default then): pooling=max (seed1)",
+    ]
+    rc, out, err = run_compare(capsys, f"{tmp_path}/yahoo/*/seed*", "--format", "csv")
+    assert err.splitlines()[0].startswith("seqvae compare: Filled in model.init=reference (")
+    assert all("Filled" not in line for line in out.splitlines())  # the CSV stays one table
+    rc, out, _ = run_compare(capsys, f"{tmp_path}/yahoo/*/seed*", "--format", "json")
+    doc = json.loads(out)
+    assert len(doc["warnings"]) == 2
+    runs = {(Path(r["path"]).parent.name, r["seed"]): r for row in doc["rows"] for r in row["runs"]}
+    assert runs["max", 1]["filled_in"] == {"model.init": "reference", "model.bn_eps": 1e-5} and runs["max", 2]["filled_in"] == {}
+
+
+def test_csv_with_baseline(tmp_path, capsys):
+    diff_runs(tmp_path, "base", {1: 100.0, 2: 101.0, 3: 103.0}, latent_dim=8)
+    diff_runs(tmp_path, "b", {1: 105.0, 2: 107.0, 3: 110.0}, latent_dim=32)
+    rc, out, err = vs_base(capsys, tmp_path, "--format", "csv")
+    assert rc == 0
+    table = list(csv.reader(io.StringIO(out)))
+    header = table[0]
+    assert header[-(2 + 4 * 7) :][:6] == ["baseline", "paired_by", *(f"iw_nll_diff_{s}" for s in ("mean", "lo", "hi", "n"))]
+    rows = {r[0]: dict(zip(header, r)) for r in table[1:]}
+    assert rows["base"]["baseline"] == "1" and rows["base"]["iw_nll_diff_mean"] == ""
+    assert rows["b"]["baseline"] == "0" and float(rows["b"]["iw_nll_diff_mean"]) == 6.0
+    assert float(rows["b"]["iw_nll_diff_lo"]) == pytest.approx(6 - T2 / math.sqrt(3)) and rows["b"]["iw_nll_diff_n"] == "3"
+    assert err == "seqvae compare: b: paired by seed with base, seeds 1, 2, 3 (n = 3, t(0.975, 2) = 4.303)\n"
+
+
+def test_mc_standard_errors_shown_when_recorded(tmp_path, capsys):
+    make_run(tmp_path, "max", 1, metrics(100.0, 60.0) | {"test/iw_nll_se": 0.3, "test/mi_dataset_se": 0.02})
+    make_run(tmp_path, "max", 2, metrics(101.0, 60.0) | {"test/iw_nll_se": 0.4, "test/mi_dataset_se": 0.02})
+    rc, out, _ = run_compare(capsys, f"{tmp_path}/yahoo/*/seed*")
+    lines = out.splitlines()
+    headers = [c.strip() for c in lines[0].strip("|").split("|")]
+    cells = [c.strip() for c in lines[2].strip("|").split("|")]
+    assert headers[2:4] == ["IW-NLL", "IW-NLL MC se"] and cells[2:4] == ["100.50 ± 0.71", "0.35"]  # √((0.3² + 0.4²)/2)
+    assert cells[headers.index("MI(dataset) MC se")] == "0.020"
+    rc, out, _ = run_compare(capsys, f"{tmp_path}/yahoo/*/seed*", "--format", "json")
+    assert json.loads(out)["rows"][0]["iw_nll_se"] == {"mean": pytest.approx(math.sqrt(0.125)), "std": None}
+
+
+def test_baseline_errors_are_one_line(tmp_path, capsys):
+    diff_runs(tmp_path, "a", {1: 100.0}, latent_dim=8)
+    diff_runs(tmp_path, "b", {1: 100.0}, latent_dim=16)
+    rc, out, err = run_compare(capsys, f"{tmp_path}/yahoo/*/seed*", "--baseline", f"{tmp_path}/nothing*")
+    assert (rc, out) == (2, "") and err == f"seqvae compare: error: --baseline '{tmp_path}/nothing*': no run directories match\n"
+    rc, out, err = run_compare(capsys, f"{tmp_path}/yahoo/*/seed*", "--baseline", f"{tmp_path}/yahoo/*/seed1")
+    assert (rc, out) == (2, "")
+    assert err == (f"seqvae compare: error: --baseline '{tmp_path}/yahoo/*/seed1': its 2 runs are 2 configurations, not one "
+                   "(they differ in model.latent_dim)\n")  # fmt: skip
+    (tmp_path / "yahoo" / "b" / "seed1" / "metrics.json").unlink()
+    rc, out, err = run_compare(capsys, f"{tmp_path}/yahoo/a/seed1", "--baseline", f"{tmp_path}/yahoo/b/seed1")
+    assert (rc, out) == (2, "")
+    assert err == f"seqvae compare: error: --baseline {tmp_path}/yahoo/b/seed1: not a run directory (no metrics.json)\n"
+
+
+def test_folds_in_paired_gap_on_the_committed_results(capsys, monkeypatch):
+    """Each yahoo10k-short method's IW-NLL gap to the LM of the same seed, as scripts/paired_gap.py gave it."""
+    monkeypatch.chdir(REPO)
+    root = Path("docs/results/yahoo10k_short")
+    rc, out, _ = run_compare(capsys, f"{root}/*/seed*", "--label", "dir", "--baseline", f"{root}/lm/seed*")
+    assert rc == 0
+    rows = md_rows(out)
+
+    def nll(variant, seed):
+        return json.loads((root / variant / f"seed{seed}" / "metrics.json").read_text())["test/iw_nll"]
+
+    d = [nll("abs", s) - nll("lm", s) for s in (1, 2, 3)]
+    mean, half = statistics.fmean(d), T2 * statistics.stdev(d) / math.sqrt(3)
+    mark = "*" if mean - half > 0 or mean + half < 0 else ""
+    assert rows["abs"][:3] == ["3", "seed, n=3", f"{mean:+.2f} [{mean - half:+.2f}, {mean + half:+.2f}]{mark}"]
+    assert rows["abs"][2].startswith("+3.14 ")  # the paired_gap table's "+3.14 ± 0.83"
+    assert rows["aggressive"][:3] == ["1", "one run each", f"{nll('aggressive', 1) - nll('lm', 1):+.2f} (n/a)"]
+    assert len(rows) == len(list(root.iterdir()))  # every method, the LM as the baseline row

@@ -115,14 +115,14 @@ def test_export_and_compare_round_trip(tiny, tmp_path, capsys):
     run = tmp_path / "demo" / "version_0"
     load_script("export_run").main(str(run), str(tmp_path / "out" / "demo" / "seed1"))
     exported = tmp_path / "out" / "demo" / "seed1"
-    assert sorted(p.name for p in exported.iterdir()) == ["config.yaml", "curves.csv", "metrics.json"]
+    assert sorted(p.name for p in exported.iterdir()) == ["config.yaml", "curves.csv", "metrics.json", "per_text.csv"]
     rows = (exported / "curves.csv").read_text().splitlines()
     assert len(rows) == 3 and "val/kl" in rows[0] and "train/lr" in rows[0]  # header + one row per epoch
     capsys.readouterr()
     from seqvae.compare import main as compare
 
     compare([str(exported), "--format", "json"])
-    rows = json.loads(capsys.readouterr().out)
+    rows = json.loads(capsys.readouterr().out)["rows"]
     metrics = json.loads((run / "metrics.json").read_text())
     assert len(rows) == 1 and rows[0]["n"] == 1
     assert rows[0]["iw_nll"]["mean"] == pytest.approx(metrics["test/iw_nll"])

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from script_loader import load_script
 
 REPO = Path(__file__).resolve().parents[1]
@@ -33,3 +34,13 @@ def test_stale_table_is_named_then_rebuilt(tmp_path, capsys, monkeypatch):
     nll = json.loads((REPO / "docs/results/yahoo10k/max/seed1/metrics.json").read_text())["test/iw_nll"]
     assert f"| pooling=max | 1 | {nll:.2f} |" in text and "| old |" not in text
     assert mod.main([str(doc), "--check"]) == 0
+
+
+def test_former_paired_gap_block_names_its_replacement(tmp_path, monkeypatch):
+    monkeypatch.chdir(REPO)
+    doc = tmp_path / "doc.md"
+    doc.write_text("<!-- paired_gap docs/results/yahoo10k_short -->\n| old |\n<!-- /paired_gap -->\n")
+    with pytest.raises(SystemExit) as exit_:
+        build_results().main([str(doc), "--check"])
+    assert exit_.value.code == (f"{doc}:1: paired_gap blocks are gone: use <!-- compare 'docs/results/yahoo10k_short/*/seed*' "
+                                "--label dir --baseline 'docs/results/yahoo10k_short/lm/seed*' -->")  # fmt: skip

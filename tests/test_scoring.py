@@ -136,3 +136,49 @@ def test_datamodule_warns_once_about_the_unknown_token(tmp_path, capsys):
     assert dm.vocab.tokenizer.token_to_id("<unk>") is not None  # an ordinary word, as the warning says
     TextDataModule(str(tmp_path / "c.txt"), unk_token="<unk>")
     assert "warning" not in capsys.readouterr().err
+
+
+def read_rows(path: Path) -> list[dict]:
+    import csv
+
+    with open(path) as f:
+        return list(csv.DictReader(f))
+
+
+def test_per_text_results_add_up_to_the_metrics_and_name_their_lines(trained, tmp_path, capsys):
+    root, run_dir = trained
+    out = metrics(run_dir)
+    rows = read_rows(run_dir / out["per_text_file"])
+    assert out["per_text_file"] == "per_text.csv" and len(rows) == out["data"]["test"]["texts"] == 20
+    assert [int(r["index"]) for r in rows] == list(range(20))
+    assert [int(r["line"]) for r in rows] == list(range(101, 121))  # lines of the file, not of the split
+    corpus = (root / "corpus.txt").read_text().splitlines()
+    assert [int(r["tokens"]) for r in rows] == [len(corpus[int(r["line"]) - 1].split()) + 1 for r in rows]
+    mean = lambda key: sum(float(r[key]) for r in rows) / len(rows)  # noqa: E731
+    assert mean("iw_nll") == pytest.approx(out["test/iw_nll"], rel=1e-5)
+    assert mean("neg_elbo") == pytest.approx(out["test/loss"], rel=1e-5)
+    assert mean("kl") == pytest.approx(out["test/kl"], rel=1e-4, abs=1e-5)
+    assert all(float(r["iw_se"]) >= 0 for r in rows)
+    assert out["test_texts_sha256"] == out["data"]["test"]["sha256"]
+    assert out["seeds"] == {"seed_everything": 1, "data.seed": 1, "aggressive.seed": None, "eval_seed": 0}
+    assert out["provenance"]["command"].startswith("seqvae fit ") and "torch" in out["provenance"]
+
+
+def test_a_retest_writes_a_numbered_pair_and_keeps_the_first(trained, tmp_path, capsys):
+    _, run_dir = trained
+    work = tmp_path / "run"
+    shutil.copytree(run_dir, work)
+    first = {p.name: p.read_bytes() for p in work.iterdir() if p.is_file()}
+    args = ["test", f"--config={work / 'config.yaml'}", f"--ckpt_path={work / 'checkpoints' / 'best.ckpt'}",
+            "--model.test_iw_samples=3", f"--trainer.logger.init_args.save_dir={tmp_path / 'x'}"]  # fmt: skip
+    status, err = run(args, capsys)
+    assert status == 0, err
+    retest = tmp_path / "x" / "default" / "version_0"
+    assert metrics(retest)["per_text_file"] == "per_text.csv"
+    # Into the same directory (a user's own log dir): -2 for both, the first pair untouched.
+    os.replace(retest / "metrics.json", work / "metrics-2.json")
+    from seqvae.cli import write_new_files
+
+    written = write_new_files({work / "per_text.csv": "x\n", work / "metrics.json": "{}\n"})
+    assert [p.name for p in written.values()] == ["per_text-3.csv", "metrics-3.json"]
+    assert {p.name: p.read_bytes() for p in work.iterdir() if p.name in first} == first

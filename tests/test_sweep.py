@@ -373,4 +373,4 @@ def test_fresh_machine_skips_exported_cells_and_reruns_only_needed_ones(in_repo,
     # --compare reads the exported cells from the export directory.
     assert sweep.main([str(path), "--compare", "--format", "json"]) == 0
     table = json.loads(capsys.readouterr().out)
-    assert len(table) == 3  # a, b, dep: two seeds each
+    assert len(table["rows"]) == 3  # a, b, dep: two seeds each
