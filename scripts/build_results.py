@@ -1,7 +1,8 @@
 """Rebuild the generated tables (and figures) of docs/results.md from the committed result files.
 
     python scripts/build_results.py            # rewrite the tables in place, redraw the figures
-    python scripts/build_results.py --check    # exit 1 naming the first stale table (a CI test)
+    python scripts/build_results.py --no-plots # the tables only
+    python scripts/build_results.py --check    # exit 1 naming every stale table or unquotable prose quote (a CI test)
 
 A generated block is the output of `seqvae compare ARGS` between two marker lines:
 
@@ -15,9 +16,16 @@ its 95% interval (e.g. each method's gap to the LM of the same seed:
 A block of the former `scripts/paired_gap.py` (`<!-- paired_gap ... -->`) is an error naming that
 replacement.
 
-`--plots DIR` in ARGS redraws that block's figures (not under --check: they need matplotlib and
-PNG bytes differ across versions). The prose around the blocks is written by hand; only the
-tables are guaranteed to match `docs/results/`. Paths are relative to the repository root.
+`--plots DIR` in ARGS redraws that block's figures (not under --check or --no-plots: they need
+matplotlib and PNG bytes differ across versions). Paths are relative to the repository root.
+
+The prose around the blocks is written by hand. What is checked of it (here, in both modes): every
+difference it quotes with an interval (`+5.56 [-6.05, +17.16]`, a trailing `*` included), every
+one-run difference written `+18.50 (one seed, no interval)` (the table's `+18.50 (n/a)`) and every
+`mean ± s.d.` (`1.32 ± 0.05`) must appear verbatim in one of the page's generated tables, `−` read
+as `-`. So a quoted interval cannot drift from the tables, which cannot drift from the files. It
+does not check that the quote is taken from the right row; tests/test_results_doc.py pins a list
+of per-run values quoted in the prose to their files.
 """
 
 from __future__ import annotations
@@ -35,6 +43,13 @@ from seqvae import compare
 
 ROOT = Path(__file__).resolve().parents[1]
 BLOCK = re.compile(r"^<!-- (?P<tool>compare|paired_gap) (?P<args>.+?) -->\n(?P<body>.*?)^<!-- /(?P=tool) -->$", re.M | re.S)
+_NUM = r"[+\-−]\d+(?:\.\d+)?"
+# What the prose may quote from a table: a difference with its interval, a one-run difference, a mean ± s.d.
+QUOTES = (
+    (re.compile(rf"{_NUM} \[{_NUM}, {_NUM}\]\*?"), lambda m: m.group(0)),
+    (re.compile(rf"({_NUM}) \(one seed, no interval\)"), lambda m: f"{m.group(1)} (n/a)"),
+    (re.compile(r"(?<![\w.])[\-−]?\d+\.\d+ ± \d+\.\d+"), lambda m: m.group(0)),
+)
 
 
 def table(args: list[str], where: str, tool: str = "compare") -> str:
@@ -73,10 +88,28 @@ def rebuild(text: str, doc: str, draw: bool) -> tuple[str, list[str]]:
     return "".join(parts) + text[end:], stale
 
 
+def unquoted(text: str, doc: str = "doc") -> list[str]:
+    """The prose's quotes of a table (QUOTES) that no generated table of `text` contains."""
+    tables = "\n".join(m["body"] for m in BLOCK.finditer(text))
+    missing, end = [], 0
+    for m in [*BLOCK.finditer(text), None]:
+        prose_start = end
+        prose = text[prose_start : m.start() if m else len(text)]
+        end = m.end() if m else len(text)
+        for pattern, quoted in QUOTES:
+            for q in pattern.finditer(prose):
+                want = quoted(q).replace("−", "-")
+                if want not in tables:
+                    line = text.count("\n", 0, prose_start + q.start()) + 1
+                    missing.append(f"{doc}:{line}: '{q.group(0)}' is in no generated table (looked for '{want}')")
+    return missing
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("doc", nargs="?", default="docs/results.md")
     parser.add_argument("--check", action="store_true", help="change nothing; exit 1 if a table is out of date")
+    parser.add_argument("--no-plots", action="store_true", help="rewrite the tables only; leave the figures as they are")
     args = parser.parse_args(argv)
     os.chdir(ROOT)
     path = Path(args.doc)
@@ -84,17 +117,20 @@ def main(argv: list[str] | None = None) -> int:
     if not BLOCK.search(text):
         print(f"{path}: no <!-- compare ... --> blocks", file=sys.stderr)
         return 2
-    new, stale = rebuild(text, str(path), draw=not args.check)
+    new, stale = rebuild(text, str(path), draw=not (args.check or args.no_plots))
+    missing = unquoted(new, str(path))
+    for m in missing:
+        print(f"prose: {m}", file=sys.stderr)
     if args.check:
         for s in stale:
             print(f"out of date: {s} (run python scripts/build_results.py)", file=sys.stderr)
-        return 1 if stale else 0
+        return 1 if stale or missing else 0
     if new != text:
         tmp = path.with_name(f".{path.name}.tmp")
         tmp.write_text(new, encoding="utf-8")
         tmp.replace(path)  # atomic: an error above leaves the old file whole
     print(f"{path}: {len(BLOCK.findall(new))} tables, {len(stale)} updated")
-    return 0
+    return 1 if missing else 0
 
 
 if __name__ == "__main__":
