@@ -201,7 +201,7 @@ def iw_bench(model, batch, n_docs, n_samples, device, bf16):
     tokens, lengths = batch["tokens"][:n_docs], batch["lengths"][:n_docs]
     model.eval()
     with torch.inference_mode(), autocast(device, bf16):
-        chunk = model._iw_chunk(tokens)
+        chunk = model.iw_chunk(tokens)
 
         def run(k):
             mu, logvar, _ = model.encoder(tokens, lengths)

@@ -50,7 +50,7 @@ def measure(setting: str, steps: int, docs: int, iw_samples: int) -> dict:
     def iw():
         mu, logvar, _ = model.encoder(tokens, lengths)
         ll = lambda z: model.decoder.log_likelihood(tokens, lengths, z)  # noqa: E731
-        return iw_nll(ll, mu, logvar, iw_samples, model._iw_chunk(tokens))
+        return iw_nll(ll, mu, logvar, iw_samples, model.iw_chunk(tokens))
 
     with torch.no_grad():
         iw()  # warm-up

@@ -4,16 +4,18 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
 import torch
 from pytorch_lightning import Callback
 from pytorch_lightning.plugins.io import TorchCheckpointIO
 from pytorch_lightning.utilities import rank_zero_warn
 
-from .data import load_checkpoint
+from .data import load_checkpoint, run_seed
 
 
 class PlateauRule(Callback):
@@ -168,3 +170,99 @@ class PeriodicCheckpoint(Callback):
         trainer.save_checkpoint(path)
         self.saves += 1
         self._last_save = time.monotonic()
+
+
+def _numpy_state() -> tuple:
+    """numpy's global RNG state as plain Python values (checkpoints load with weights_only)."""
+    name, keys, pos, has_gauss, cached = np.random.get_state()
+    return name, keys.tolist(), int(pos), int(has_gauss), float(cached)
+
+
+class ExactResume(Callback):
+    """A resumed run ends with exactly the parameters of an uninterrupted one (on CPU).
+
+    - At every epoch start the global RNGs (dropout, word dropout, z noise) are reseeded from
+      (run seed, epoch): each epoch's noise does not depend on what ran before it (sanity checks,
+      validation, an interruption), so a run resumed at an epoch boundary continues exactly.
+    - A checkpoint written during fit (mid-epoch, or at a validation inside the epoch) carries
+      the RNG states the next training batch would start from (every DDP rank's own), as
+      `checkpoint["seqvae"]["rng"]`; a run resumed inside the same epoch restores them just
+      before its first training step, whatever ran since the load (sanity checks) drew.
+    The sampler position travels with the training DataLoader (`data._TrainLoader`, Lightning's
+    stateful-dataloader protocol); the evaluation generator is reseeded at every evaluation pass;
+    aggressive training keeps its own RNG in the model's checkpoint state. SeqVAE adds this
+    callback itself (`configure_callbacks`).
+    """
+
+    def __init__(self):
+        self._pending: dict | None = None
+
+    def on_train_epoch_start(self, trainer, pl_module):
+        seed = run_seed() * 1_000_003 + trainer.current_epoch
+        torch.manual_seed(seed)
+        random.seed(seed)
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        state, self._pending = self._pending, None
+        if state is None or state["epoch"] != trainer.current_epoch:
+            return
+        torch.set_rng_state(state["torch"])
+        random.setstate(state["random"])
+        name, keys, pos, has_gauss, cached = state["numpy"]
+        np.random.set_state((name, np.array(keys, dtype=np.uint32), pos, has_gauss, cached))
+        if isinstance(state.get("cuda"), torch.Tensor) and pl_module.device.type == "cuda":
+            torch.cuda.set_rng_state(state["cuda"], pl_module.device)
+
+    def on_save_checkpoint(self, trainer, pl_module, checkpoint):
+        if trainer.state.fn != "fit":
+            return
+        rng = {
+            "epoch": trainer.current_epoch,
+            "torch": torch.get_rng_state(),
+            "random": random.getstate(),
+            "numpy": _numpy_state(),
+            # This rank's device only: a resume may see a different number of GPUs.
+            "cuda": torch.cuda.get_rng_state(pl_module.device) if pl_module.device.type == "cuda" else None,
+        }
+        if trainer.world_size > 1:  # every rank's own states (their batches differ)
+            states = [None] * trainer.world_size
+            torch.distributed.all_gather_object(states, rng)
+            rng = {"epoch": rng["epoch"], "ranks": states}
+        checkpoint.setdefault("seqvae", {})["rng"] = rng
+
+    def on_load_checkpoint(self, trainer, pl_module, checkpoint):
+        rng = checkpoint.get("seqvae", {}).get("rng")
+        if rng is not None and "ranks" in rng:  # another world size: not exact anyway
+            rng = rng["ranks"][trainer.global_rank] if trainer.world_size == len(rng["ranks"]) else None
+        self._pending = rng
+
+
+class FitClock(Callback):
+    """Training wall time, accumulated into the model's `fit_seconds` across resumes (saved in
+    its checkpoint state): counted from the start of training, brought up to date at every
+    validation (logged as `train/wall_seconds`) and every checkpoint save."""
+
+    def __init__(self):
+        self._since: float | None = None
+
+    def _tick(self, pl_module) -> None:
+        if self._since is not None:
+            now = time.monotonic()
+            pl_module.fit_seconds += now - self._since
+            self._since = now
+
+    def on_train_start(self, trainer, pl_module):
+        self._since = time.monotonic()
+
+    def on_validation_epoch_end(self, trainer, pl_module):
+        if not trainer.sanity_checking and trainer.state.fn == "fit":
+            self._tick(pl_module)
+            pl_module.log("train/wall_seconds", pl_module.fit_seconds)
+
+    def on_save_checkpoint(self, trainer, pl_module, checkpoint):
+        self._tick(pl_module)
+        checkpoint.setdefault("seqvae", {})["fit_seconds"] = pl_module.fit_seconds
+
+    def on_train_end(self, trainer, pl_module):
+        self._tick(pl_module)
+        self._since = None

@@ -582,8 +582,10 @@ class TextDataModule(pl.LightningDataModule):
         if self.hparams.predict:
             corpus = read_corpus(self.hparams.predict, None, self.hparams.label_column)
             data = [torch.tensor(x) for x in self.vocab.encode(corpus.texts)]
-        else:
+        elif self.hparams.test or self.hparams.train:
             data = self.split_ids("test")
+        else:
+            raise CorpusError("data.predict: no input texts (give --data.predict FILE; mode sample ignores them, any one-line file will do)")
         # File order (padded batches, not length buckets): output line i is input line i.
         sampler = RandomBatchSampler([len(x) for x in data], self.hparams.eval_batch_size, shuffle=False)
         return DataLoader(data, batch_sampler=sampler, collate_fn=collate)

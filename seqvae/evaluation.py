@@ -1,0 +1,59 @@
+"""What evaluation needs besides the metrics themselves: its own noise, and the size of an IW-NLL
+decoder call.
+
+Evaluation draws its noise (the z of rec, the IW-NLL samples, the per-batch MI's z) from its own
+generator, seeded afresh at every evaluation pass from `model.eval_seed`: a checkpoint's metrics
+do not depend on what ran before (fit's own test and a later `seqvae test` of the same checkpoint
+agree). Under DDP a rank evaluates a contiguous part of the batches; it first draws, and throws
+away, the noise of the batches before its part, so every batch gets the noise it gets in one
+process and the reduced metrics equal the single-process ones.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def iw_chunk(tokens: torch.Tensor, vocab_size: int, budget: int | None) -> int:
+    """Importance samples per decoder call so that its logits (B·chunk·T·V) stay within `budget`
+    elements; None: 2**26 on CPU, and on a GPU at least a 64th of its free memory in bytes."""
+    per_sample = tokens.size(0) * tokens.size(1) * vocab_size
+    if budget is None:
+        budget = 2**26
+        if tokens.is_cuda:
+            # The logits, cross-entropy's log-softmax copy and temporaries: ~4 fp32 copies,
+            # kept within a quarter of the free memory. (At the paper's size, 2**26 alone
+            # would decode one sample of 32 sentences per call: latency-bound on a GPU.)
+            budget = max(budget, torch.cuda.mem_get_info(tokens.device)[0] // 64)
+    return max(1, budget // per_sample)
+
+
+class EvalNoise:
+    """The generator of one evaluation pass, and (DDP) the batches whose noise this rank skips."""
+
+    def __init__(self, seed: int, device: torch.device, latent_dim: int, preceding_sizes: list[int] = ()):
+        self.generator = torch.Generator(device=device).manual_seed(seed)
+        self.device, self.latent_dim = device, latent_dim
+        self.pending = list(preceding_sizes)
+
+    @classmethod
+    def start(cls, module) -> EvalNoise:
+        """For the evaluation pass `module`'s trainer is starting (validation or test)."""
+        sizes = []
+        if module._trainer is not None and module.trainer.world_size > 1:
+            trainer = module.trainer
+            loaders = trainer.test_dataloaders if trainer.testing else trainer.val_dataloaders
+            loader = loaders[0] if isinstance(loaders, (list, tuple)) else loaders
+            sizes = list(getattr(getattr(loader, "batch_sampler", None), "preceding_sizes", []))
+        return cls(module.hparams.eval_seed, module.device, module.hparams.latent_dim, sizes)
+
+    def skip_preceding(self, dtype: torch.dtype, n_iw: int) -> None:
+        """Draws, once, exactly what `SeqVAE._eval_step` draws for the batches before this rank's
+        part, in its order: z for rec, the IW-NLL samples, the per-batch MI's z (float64)."""
+        gen, dim, device = self.generator, self.latent_dim, self.device
+        for b in self.pending:
+            torch.randn((b, 1, dim), generator=gen, device=device, dtype=dtype)
+            if n_iw:
+                torch.randn((b, n_iw, dim), generator=gen, device=device, dtype=dtype)
+            torch.randn((b, 1, dim), generator=gen, device=device, dtype=torch.float64)
+        self.pending = []

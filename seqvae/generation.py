@@ -1,0 +1,165 @@
+"""Generation from a trained SeqVAE: decoding texts from z (greedy, sampled, beam search), what
+`seqvae predict` writes, and the Python API's `reconstruct`, `sample` and `interpolate` (the
+model's methods of those names delegate here).
+
+Every random draw of generation (prior z, sampled words) comes from one generator seeded with
+`Generation.seed` (predict) or the API's `seed`: the same seed gives the same texts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+
+from .data import BOS_ID, EOS_ID, ConfigError
+from .scoring import inference, text_batches
+
+Decoding = Literal["greedy", "sample", "beam"]
+
+
+@dataclass(frozen=True)
+class Generation:
+    """What `seqvae predict` writes, one text per line (`--model.generation.mode …`).
+
+    Args:
+        mode: "reconstruct" decodes each input text (`data.predict`, default the test split)
+            from its posterior mean; "sample" decodes `n` texts from z ~ N(0, I) (the inputs are
+            not read); "interpolate" reads the inputs as pairs (lines 1-2, 3-4, …) and decodes
+            `steps` points on the straight line between each pair's posterior means, both ends
+            included (`steps` lines per pair).
+        decoding: "greedy" (the most probable word at each step), "sample" (from
+            softmax(logits / temperature)) or "beam" (beam search, `LSTMDecoder.beam_search`).
+        temperature: Softmax temperature of decoding "sample".
+        beam_width: Hypotheses kept by decoding "beam" (1 is greedy).
+        n: Texts drawn in mode "sample".
+        steps: Points per pair in mode "interpolate".
+        max_length: Most tokens decoded per text (`</s>` included); default: the batch's longest
+            input + 20 in mode "reconstruct", 100 otherwise.
+        seed: Seed of every random draw of generation (prior z, sampled words): the same seed
+            gives the same texts.
+        stdout: Also print the texts to stdout (predictions.txt is always written).
+    """
+
+    mode: Literal["reconstruct", "sample", "interpolate"] = "reconstruct"
+    decoding: Decoding = "greedy"
+    temperature: float = 1.0
+    beam_width: int = 5
+    n: int = 10
+    steps: int = 5
+    max_length: int | None = None
+    seed: int = 0
+    stdout: bool = False
+
+
+def check_decoding(decoding: str, temperature: float, beam_width: int) -> None:
+    if decoding not in ("greedy", "sample", "beam"):
+        raise ConfigError(f"decoding must be greedy, sample or beam, got {decoding!r}")
+    if decoding == "sample" and not temperature > 0:
+        raise ConfigError(f"decoding 'sample' needs a temperature > 0, got {temperature}")
+    if decoding == "beam" and beam_width < 1:
+        raise ConfigError(f"decoding 'beam' needs beam_width ≥ 1, got {beam_width}")
+
+
+def decode(model, z, n: int, max_length: int, decoding: str, temperature: float, beam_width: int, generator=None):
+    """Texts decoded from z (n, Z) (None: the language model) by greedy, sampling or beam search."""
+    if decoding == "beam":
+        ids = model.decoder.beam_search(z, n, BOS_ID, EOS_ID, max_length, beam_width)[0]
+    else:
+        t = temperature if decoding == "sample" else 0.0
+        ids = model.decoder.generate(z, n, BOS_ID, EOS_ID, max_length, t, generator)
+    return [model.vocab.decode(row.tolist()) for row in ids]
+
+
+def decode_prior(model, n: int, max_length: int, decoding: str, temperature: float, beam_width: int, generator=None):
+    """n texts decoded from z ~ N(0, I) (the language model: from nothing)."""
+    z = None
+    if model.encoder is not None:
+        z = torch.randn(n, model.hparams.latent_dim, device=model.device, generator=generator)
+    return decode(model, z, n, max_length, decoding, temperature, beam_width, generator)
+
+
+def line(a: torch.Tensor, b: torch.Tensor, steps: int) -> torch.Tensor:
+    """`steps` evenly spaced points from a to b (Z,), both included: (steps, Z)."""
+    weights = torch.linspace(0, 1, steps, device=a.device, dtype=a.dtype).unsqueeze(1)
+    return (1 - weights) * a + weights * b
+
+
+class Predictor:
+    """`seqvae predict`: the texts of `model.generation` for each batch of inputs, in input order
+    (a collapsed model gives the same text for every input, visibly)."""
+
+    def __init__(self, model):
+        g = model.generation
+        if g.mode == "interpolate":
+            if model.encoder is None:
+                raise ConfigError("model.generation.mode: the language model has no latent space to interpolate in")
+            loaders = model.trainer.predict_dataloaders
+            n_texts = sum(len(dl.dataset) for dl in (loaders if isinstance(loaders, (list, tuple)) else [loaders]))
+            if n_texts % 2:
+                raise ConfigError(f"model.generation.mode interpolate reads pairs of lines; the predict texts have {n_texts}")
+        check_decoding(g.decoding, g.temperature, g.beam_width)
+        self.model, self.generation = model, g
+        self.generator = torch.Generator(device=model.device).manual_seed(g.seed)
+        self.pending_mu = None  # interpolation: the first text of a pair split across batches
+
+    def step(self, batch, batch_idx: int, dataloader_idx: int = 0) -> list[str]:
+        g, gen, model = self.generation, self.generator, self.model
+        tokens, lengths = batch["tokens"], batch["lengths"]
+        if g.mode == "sample":
+            if batch_idx or dataloader_idx:
+                return []
+            return decode_prior(model, g.n, g.max_length or 100, g.decoding, g.temperature, g.beam_width, gen)
+        z = model.encoder(tokens, lengths)[0] if model.encoder is not None else None
+        if g.mode == "interpolate":
+            if self.pending_mu is not None:
+                z, self.pending_mu = torch.cat([self.pending_mu, z]), None
+            if z.size(0) % 2:
+                z, self.pending_mu = z[:-1], z[-1:]
+            if not z.size(0):
+                return []
+            z = torch.cat([line(a, b, g.steps) for a, b in zip(z[0::2], z[1::2])])
+        n = tokens.size(0) if z is None else z.size(0)
+        max_length = g.max_length or (int(lengths.max()) + 20 if g.mode == "reconstruct" else 100)
+        return decode(model, z, n, max_length, g.decoding, g.temperature, g.beam_width, gen)
+
+
+# ---------------------------------------------------------------- the Python API
+def _settings(decoding: str | None, temperature: float, beam_width: int) -> str:
+    """The API's default: greedy when temperature is 0, else sampled."""
+    decoding = decoding or ("sample" if temperature > 0 else "greedy")
+    check_decoding(decoding, temperature, beam_width)
+    return decoding
+
+
+def _generator(model, seed: int | None):
+    return None if seed is None else torch.Generator(device=model.device).manual_seed(seed)
+
+
+def reconstruct(model, texts, temperature=0.0, max_length=100, batch_size=64, decoding=None, beam_width=5, seed=None):
+    decoding = _settings(decoding, temperature, beam_width)
+    gen, out = _generator(model, seed), []
+    with inference(model):
+        for b in text_batches(model, list(texts), batch_size):
+            z = model.encoder(b["tokens"], b["lengths"])[0] if model.encoder is not None else None
+            out += decode(model, z, b["tokens"].size(0), max_length, decoding, temperature, beam_width, gen)
+    return out
+
+
+def interpolate(model, a, b, steps=5, max_length=100, temperature=0.0, decoding=None, beam_width=5, seed=None):
+    if model.encoder is None:
+        raise RuntimeError("the language model has no latent space to interpolate in")
+    decoding = _settings(decoding, temperature, beam_width)
+    mu, _ = model.encode([a, b])
+    with inference(model):
+        z = line(mu[0], mu[1], steps)
+        return decode(model, z, steps, max_length, decoding, temperature, beam_width, _generator(model, seed))
+
+
+def sample(model, n, temperature=1.0, max_length=100, decoding=None, beam_width=5, seed=None):
+    if model.vocab is None:
+        raise RuntimeError("this model has no vocabulary: load it from a checkpoint or train it first")
+    decoding = _settings(decoding, temperature, beam_width)
+    with inference(model):
+        return decode_prior(model, n, max_length, decoding, temperature, beam_width, _generator(model, seed))

@@ -1,0 +1,84 @@
+"""The Python API's scoring of texts with a trained SeqVAE: posterior parameters, encoder
+features, −ELBO and IW-NLL per text (the model's `encode`, `features`, `elbo` and `iw_nll`
+delegate here). Texts are whitespace-tokenised strings; any number, input order kept; evaluation
+mode (no dropout) and no autograd, the model's previous mode restored afterwards.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import torch
+
+from .data import collate
+from .losses import gaussian_kl
+from .metrics import iw_nll as iw_nll_estimate
+from .metrics import sample_posterior
+
+
+def text_batches(model, texts: list[str], batch_size: int):
+    """Batches of the texts' ids on the model's device, in input order."""
+    if model.vocab is None:
+        raise RuntimeError("this model has no vocabulary: load it from a checkpoint or train it first")
+    ids = model.vocab.encode([t.split() for t in texts])
+    for s in range(0, len(ids), batch_size):
+        batch = collate([torch.tensor(x) for x in ids[s : s + batch_size]])
+        yield {k: v.to(model.device) for k, v in batch.items()}
+
+
+@contextlib.contextmanager
+def inference(model):
+    """Eval mode (no dropout) and no autograd, restoring the previous mode afterwards."""
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.inference_mode():
+            yield
+    finally:
+        model.train(was_training)
+
+
+def per_batch(model, texts, batch_size: int, fn) -> list:
+    with inference(model):
+        return [fn(b) for b in text_batches(model, list(texts), batch_size)]
+
+
+def features(model, texts: list[str], batch_size: int = 64) -> torch.Tensor:
+    if model.encoder is None:
+        raise RuntimeError("the language model has no encoder")
+    outs = per_batch(model, texts, batch_size, lambda b: model.encoder.features(b["tokens"], b["lengths"]))
+    return torch.cat(outs) if outs else torch.empty(0, model.hparams.hidden_dim)
+
+
+def encode(model, texts: list[str], batch_size: int = 64) -> tuple[torch.Tensor, torch.Tensor]:
+    outs = per_batch(model, texts, batch_size, lambda b: model.encoder(b["tokens"], b["lengths"])[:2])
+    z = model.hparams.latent_dim
+    if not outs:
+        return torch.empty(0, z), torch.empty(0, z)
+    return torch.cat([o[0] for o in outs]), torch.cat([o[1] for o in outs])
+
+
+def elbo(model, texts: list[str], batch_size: int = 64) -> torch.Tensor:
+    def fn(b):
+        tokens, lengths = b["tokens"], b["lengths"]
+        if model.encoder is None:
+            return -model.decoder.log_likelihood(tokens, lengths, None)[:, 0]
+        mu, logvar, _ = model.encoder(tokens, lengths)
+        rec = -model.decoder.log_likelihood(tokens, lengths, sample_posterior(mu, logvar, 1))[:, 0]
+        return rec + gaussian_kl(mu, logvar).sum(-1)
+
+    outs = per_batch(model, texts, batch_size, fn)
+    return torch.cat(outs) if outs else torch.empty(0)
+
+
+def iw_nll(model, texts: list[str], n_samples: int = 500, batch_size: int = 16) -> torch.Tensor:
+    def fn(b):
+        tokens, lengths = b["tokens"], b["lengths"]
+        if model.encoder is None:
+            return -model.decoder.log_likelihood(tokens, lengths, None)[:, 0]
+        mu, logvar, _ = model.encoder(tokens, lengths)
+        ll = lambda z: model.decoder.log_likelihood(tokens, lengths, z)  # noqa: E731
+        return iw_nll_estimate(ll, mu, logvar, n_samples, model.iw_chunk(tokens))
+
+    outs = per_batch(model, texts, batch_size, fn)
+    return torch.cat(outs) if outs else torch.empty(0)
