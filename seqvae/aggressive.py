@@ -62,7 +62,9 @@ class AggressiveTraining:
             "joint": clip the norm of encoder and decoder gradients together, as the reference.
     """
 
-    def __init__(self, max_inner_steps: int = 99, window: int = 15, seed: int | None = None, clip: Literal["stepped", "joint"] = "stepped"):
+    def __init__(
+        self, max_inner_steps: int = 99, window: int = 15, seed: int | None = None, clip: Literal["stepped", "joint"] = "stepped"
+    ):
         if clip not in ("stepped", "joint"):
             raise ValueError(f"model.aggressive.clip: {clip!r} is not 'stepped' or 'joint'")
         if seed is None:

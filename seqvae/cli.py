@@ -21,8 +21,8 @@ from pytorch_lightning.loggers import TensorBoardLogger
 from .allocator import reuse_freed_memory
 from .callbacks import PeriodicCheckpoint, PlateauRule
 from .data import CorpusError, TextDataModule, load_checkpoint
-from .provenance import provenance
 from .model import AGGRESSIVE_DDP, ConfigError, NonFiniteError, SeqVAE
+from .provenance import provenance
 
 
 def numbered(path: Path, n: int) -> Path:

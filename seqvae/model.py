@@ -124,17 +124,17 @@ class SeqVAE(pl.LightningModule):
         self.val_metrics = EvalMetrics(latent_dim, hidden_dim, mi_dataset)
         self.test_metrics = EvalMetrics(latent_dim, hidden_dim, mi_dataset, per_text=True)  # per_text.csv
         self.num_updates = 0  # training batches consumed (outer iterations); drives the KL schedule
-        self.encoder_updates = 0  # optimiser steps of the encoder (> num_updates when aggressive)
-        self.decoder_updates = 0
+        self.encoder_updates = self.decoder_updates = 0  # optimiser steps (encoder > num_updates when aggressive)
         self.fit_seconds = 0.0  # training wall time, accumulated across resumes (FitClock)
         self.vocab: Vocabulary | None = None
         self.last_test_rows: dict[str, torch.Tensor] | None = None  # per-text test values, for the CLI
-        self._noise: EvalNoise | None = None
-        self._batch_idx = 0
+        self._noise: EvalNoise | None = None  # this evaluation pass's noise
+        self._batch_idx = 0  # for the NonFiniteError message
 
     # ---------------------------------------------------------------- loss of one batch
     def kl_weight(self) -> float:
-        return self.kl_schedule.weight(self.num_updates, max(1, int(self.trainer.num_training_batches)), self.trainer.max_epochs or 1)
+        batches_per_epoch = max(1, int(self.trainer.num_training_batches))
+        return self.kl_schedule.weight(self.num_updates, batches_per_epoch, self.trainer.max_epochs or 1)
 
     def decoder_inputs(self, tokens: torch.Tensor) -> torch.Tensor:
         inputs = tokens[:, :-1]
@@ -150,8 +150,8 @@ class SeqVAE(pl.LightningModule):
         tokens, lengths = batch["tokens"], batch["lengths"]
         inputs = self.decoder_inputs(tokens)
         if self.encoder is None:  # language model
-            rec = -self.decoder.log_likelihood(tokens, lengths, None, inputs)[:, 0]
-            return {"loss": rec.mean(), "rec": rec.mean().detach()}
+            rec = -self.decoder.log_likelihood(tokens, lengths, None, inputs)[:, 0].mean()
+            return {"loss": rec, "rec": rec.detach()}
         mu, logvar, h = self.encoder(tokens, lengths)
         z = sample_posterior(mu, logvar, 1)  # (B, 1, Z)
         rec = -self.decoder.log_likelihood(tokens, lengths, z, inputs)[:, 0]  # (B,)
@@ -183,7 +183,8 @@ class SeqVAE(pl.LightningModule):
         `clip_joint` (the reference's aggressive steps): the other module's gradients are computed
         too, the norm of ALL gradients is clipped, and only `stepped` is updated."""
         opts = self._optimizers()
-        others = [p for m in (self.encoder, self.decoder) if m is not None and stepped is not None and m is not stepped for p in m.parameters()]
+        other_modules = [m for m in (self.encoder, self.decoder) if m is not None and stepped is not None and m is not stepped]
+        others = [p for m in other_modules for p in m.parameters()]
         # Only parameters that train are frozen and unfrozen again: one frozen on purpose
         # (BN-VAE's fixed γ) stays frozen after the step.
         frozen = [] if clip_joint else [p for p in others if p.requires_grad]
@@ -199,7 +200,8 @@ class SeqVAE(pl.LightningModule):
                 p.requires_grad_(True)
         # The norm of all gradients of what is stepped is clipped together, not per optimiser.
         clipped = self if stepped is None or clip_joint else stepped
-        grad_norm = torch.nn.utils.clip_grad_norm_([p for p in clipped.parameters() if p.grad is not None], self.hparams.grad_clip)
+        params = [p for p in clipped.parameters() if p.grad is not None]
+        grad_norm = torch.nn.utils.clip_grad_norm_(params, self.hparams.grad_clip)
         check_finite(self, terms, grad_norm)
         for p in others:  # clip_joint: computed for the norm only; SGD skips a None grad
             p.grad = None
@@ -222,7 +224,8 @@ class SeqVAE(pl.LightningModule):
         self.num_updates += 1
         self.log_dict({f"train/{k}": v for k, v in terms.items()}, batch_size=batch["tokens"].size(0))
         self.log("train/kl_weight", weight)
-        self.log_dict({"train/encoder_updates": float(self.encoder_updates), "train/decoder_updates": float(self.decoder_updates)})
+        counts = {"encoder_updates": self.encoder_updates, "decoder_updates": self.decoder_updates}
+        self.log_dict({f"train/{k}": float(v) for k, v in counts.items()})
 
     def setup(self, stage: str):
         dm = self.trainer.datamodule if self._trainer is not None else None

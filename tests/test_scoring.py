@@ -104,7 +104,8 @@ def test_a_checkpoint_carrying_code_is_refused_and_nothing_runs(trained, tmp_pat
     evil = tmp_path / "evil.ckpt"
     torch.save(state, evil)
     common = [f"--trainer.logger.init_args.save_dir={tmp_path / 'runs'}", "--trainer.max_epochs=1", *TINY]
-    data = [f"--data.train={root / 'corpus.txt'}", "--data.train_lines=1-80", "--data.val_lines=81-100", "--data.test_lines=101-120"]
+    data = [f"--data.train={root / 'corpus.txt'}", "--data.train_lines=1-80",
+            "--data.val_lines=81-100", "--data.test_lines=101-120"]  # fmt: skip
     args = {
         "ckpt_path": ["test", f"--ckpt_path={evil}", *data, *common],
         "init_encoder_from": ["fit", f"--model.init_encoder_from={evil}", *data, *common],

@@ -1,0 +1,285 @@
+"""Corpora and vocabulary: reading one-text-per-line files, the word-level vocabulary (HF
+`tokenizers` WordLevel), id sequences and their batches, and reading a saved run's vocabulary or
+checkpoint (as data, never as code).
+
+A corpus is one text per line, already tokenised (split on whitespace), optionally
+`label<TAB>text` (Yelp). Every sequence becomes `<s> w1 … wn </s>`; the decoder reads
+`<s> … wn` and predicts `w1 … </s>` (n + 1 predicted tokens).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from tokenizers import Tokenizer
+from tokenizers.models import WordLevel
+from tokenizers.pre_tokenizers import WhitespaceSplit
+
+PAD, BOS, EOS = "<pad>", "<s>", "</s>"
+PAD_ID, BOS_ID, EOS_ID, UNK_ID = 0, 1, 2, 3
+
+
+def run_seed() -> int:
+    """The run's seed, `seed_everything` (Lightning exports it as PL_GLOBAL_SEED); 0 if none
+    was set. Every seed left unset defaults to it, so that a run's seed varies everything."""
+    return int(os.environ.get("PL_GLOBAL_SEED", 0))
+
+
+class CorpusError(ValueError):
+    """Bad input data; the message names the file (and line) and is printed as one line."""
+
+
+class ConfigError(ValueError):
+    """A combination of options this toolkit refuses; the message names the option."""
+
+
+@dataclass
+class Corpus:
+    texts: list[list[str]]
+    labels: list[str | None]
+    path: str
+    n_empty: int = 0  # empty / whitespace-only lines, skipped
+    n_too_long: int = 0  # lines longer than max_length tokens, skipped
+    line_numbers: list[int] = field(default_factory=list)  # 1-based, of each kept text
+
+
+def texts_digest(texts: list[list[str]]) -> str:
+    """sha256 of the tokenised texts, one per line: two runs with equal digests were evaluated on
+    the same texts in the same order, so their per-text results can be paired."""
+    h = hashlib.sha256()
+    for text in texts:
+        h.update(" ".join(text).encode())
+        h.update(b"\n")
+    return h.hexdigest()
+
+
+def parse_line_range(spec: str | list[int] | tuple[int, int] | None) -> tuple[int, int] | None:
+    """'1-8000' or [1, 8000] -> (1, 8000), 1-based and inclusive."""
+    if spec is None:
+        return None
+    if isinstance(spec, str):
+        parts = spec.replace(":", "-").split("-")
+        if len(parts) != 2 or not all(p.strip().isdigit() for p in parts):
+            raise CorpusError(f"line range {spec!r}: expected 'FIRST-LAST', e.g. '1-8000'")
+        spec = (int(parts[0]), int(parts[1]))
+    first, last = int(spec[0]), int(spec[1])
+    if first < 1 or last < first:
+        raise CorpusError(f"line range {first}-{last}: need 1 <= FIRST <= LAST")
+    return first, last
+
+
+def read_corpus(
+    path: str | Path,
+    lines: str | list[int] | tuple[int, int] | None = None,
+    label_column: bool = False,
+    max_length: int | None = None,
+) -> Corpus:
+    """Reads one text per line. Empty lines are skipped and counted, never an error.
+
+    `\\r\\n` endings are accepted; a missing final newline is fine. Tokens are split on any
+    Unicode whitespace (str.split), the same rule the tokenizer's WhitespaceSplit applies.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise CorpusError(f"{path}: no such file")
+    span = parse_line_range(lines)
+    raw = path.read_bytes()
+    pieces = raw.split(b"\n")
+    if pieces[-1] == b"":  # the empty piece after a final newline is not a line
+        pieces.pop()
+    if span is not None and len(pieces) < span[1]:
+        raise CorpusError(f"{path}: line range {span[0]}-{span[1]} but the file has {len(pieces)} lines")
+    first, last = span or (1, len(pieces))
+    corpus = Corpus([], [], str(path))
+    # Split on \n only: str.splitlines() would also split on \x0b, \x1c, \u2028 …, so line
+    # numbers in errors would not match what an editor shows. A trailing \r is whitespace.
+    for number in range(first, last + 1):
+        line = pieces[number - 1]
+        try:
+            text = line.decode("utf-8")
+        except UnicodeDecodeError as err:
+            raise CorpusError(f"{path}:{number}: not valid UTF-8 (byte {err.start})") from None
+        label = None
+        if label_column and "\t" in text:
+            label, text = text.split("\t", 1)
+        tokens = text.split()
+        if not tokens:
+            corpus.n_empty += 1
+            continue
+        if max_length is not None and len(tokens) > max_length:
+            corpus.n_too_long += 1
+            continue
+        corpus.texts.append(tokens)
+        corpus.labels.append(label)
+        corpus.line_numbers.append(number)
+    if not corpus.texts:
+        where = f" (lines {span[0]}-{span[1]})" if span else ""
+        raise CorpusError(f"{path}{where}: no non-empty lines")
+    return corpus
+
+
+class Vocabulary:
+    """Word-level vocabulary backed by an HF `tokenizers` WordLevel model.
+
+    Ids 0–3 are pad, `<s>`, `</s>` and the unknown token. The id map is built here rather than
+    with WordLevelTrainer: when the unknown token is itself a corpus word (`_UNK` in Yahoo/Yelp)
+    the trainer gives it a second id and leaves id 3 empty (tokenizers 0.23). The specials are
+    not registered as "added tokens" either, which would split a word such as `a<s>b`.
+    """
+
+    def __init__(self, tokenizer: Tokenizer, unk_token: str):
+        self.tokenizer = tokenizer
+        self.unk_token = unk_token
+        self._id_to_token = {i: t for t, i in tokenizer.get_vocab().items()}
+
+    @classmethod
+    def build(
+        cls,
+        texts: list[list[str]],
+        unk_token: str = "<unk>",
+        min_freq: int = 1,
+        max_size: int | None = None,
+    ) -> Vocabulary:
+        counts = Counter(tok for text in texts for tok in text)
+        for special in (PAD, BOS, EOS, unk_token):
+            counts.pop(special, None)
+        # Most frequent first, ties alphabetically: the id map is a pure function of the data.
+        words = sorted((w for w, c in counts.items() if c >= min_freq), key=lambda w: (-counts[w], w))
+        if max_size is not None:
+            words = words[:max_size]
+        vocab = {PAD: PAD_ID, BOS: BOS_ID, EOS: EOS_ID, unk_token: UNK_ID}
+        vocab.update({w: i for i, w in enumerate(words, start=len(vocab))})
+        tokenizer = Tokenizer(WordLevel(vocab, unk_token=unk_token))
+        tokenizer.pre_tokenizer = WhitespaceSplit()
+        return cls(tokenizer, unk_token)
+
+    def __len__(self) -> int:
+        return self.tokenizer.get_vocab_size()
+
+    def encode(self, texts: list[list[str]]) -> list[list[int]]:
+        """Token lists -> ids with `<s>`/`</s>` around each."""
+        if not texts:
+            return []
+        encodings = self.tokenizer.encode_batch(texts, is_pretokenized=True, add_special_tokens=False)
+        # A corpus word spelled like a reserved token (`<s>`, `</s>`, `<pad>`) is not a boundary
+        # or padding: it is an unknown word.
+        return [[BOS_ID, *(UNK_ID if i < UNK_ID else i for i in e.ids), EOS_ID] for e in encodings]
+
+    def decode(self, ids: list[int]) -> str:
+        """Ids -> text, stopping at `</s>`, dropping `<s>`/pad; unknown words stay visible."""
+        words = []
+        for i in ids:
+            if i == EOS_ID:
+                break
+            if i in (BOS_ID, PAD_ID):
+                continue
+            words.append(self._id_to_token[int(i)])
+        return " ".join(words)
+
+    def to_str(self) -> str:
+        return json.dumps({"unk_token": self.unk_token, "tokenizer": json.loads(self.tokenizer.to_str())})
+
+    @classmethod
+    def from_str(cls, s: str) -> Vocabulary:
+        d = json.loads(s)
+        return cls(Tokenizer.from_str(json.dumps(d["tokenizer"])), d["unk_token"])
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(self.to_str())
+
+    @classmethod
+    def load(cls, path: str | Path) -> Vocabulary:
+        return cls.from_str(Path(path).read_text())
+
+
+def collate(batch: list[torch.Tensor] | list[tuple[int, torch.Tensor]]) -> dict[str, torch.Tensor]:
+    """Pads `<s> … </s>` id sequences. tokens (B, T), lengths (B,) count `<s>` and `</s>`.
+    Items of an `IndexedTexts` dataset, (position, ids), also give index (B,): each text's
+    position in its split, which per-text results are keyed by."""
+    index = None
+    if batch and isinstance(batch[0], tuple):
+        index = torch.tensor([i for i, _ in batch])
+        batch = [x for _, x in batch]
+    lengths = torch.tensor([len(x) for x in batch])
+    tokens = torch.full((len(batch), int(lengths.max())), PAD_ID, dtype=torch.long)
+    for i, x in enumerate(batch):
+        tokens[i, : len(x)] = x
+    out = {"tokens": tokens, "lengths": lengths}
+    if index is not None:
+        out["index"] = index
+    return out
+
+
+class IndexedTexts(torch.utils.data.Dataset):
+    """A split's id sequences; item i is (i, ids), so that a batch knows which texts it holds."""
+
+    def __init__(self, ids: list[torch.Tensor]):
+        self.ids = ids
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def __getitem__(self, i: int) -> tuple[int, torch.Tensor]:
+        return i, self.ids[i]
+
+
+UNK_SPELLINGS = ("<unk>", "_UNK", "UNK", "<UNK>", "[UNK]", "@@UNKNOWN@@", "<oov>", "OOV")
+
+
+def unk_token_hint(texts: list[list[str]], unk_token: str) -> str | None:
+    """A one-line warning when the configured unknown token never occurs in the training text
+    but another common spelling of it does (a corpus prepared with `<unk>` read with `_UNK`
+    would make `<unk>` an ordinary word and report an unknown rate of 0); else None."""
+    counts = Counter(tok for text in texts for tok in text if tok in UNK_SPELLINGS or tok == unk_token)
+    if counts[unk_token]:
+        return None
+    found = [(c, w) for w, c in counts.items() if w != unk_token]
+    if not found:
+        return None
+    n, word = max(found)
+    return (
+        f"data.unk_token is {unk_token!r}, which never occurs in the training text, but {word!r} occurs {n} times: "
+        f"if {word!r} is this corpus's unknown token, set --data.unk_token '{word}'"
+    )
+
+
+def load_vocabulary(path: str | Path) -> Vocabulary:
+    """The vocabulary of a run: its `vocab.json`, or the one saved inside a checkpoint."""
+    path = Path(path)
+    if not path.is_file():
+        raise CorpusError(f"data.vocab: no such file {path}")
+    if path.suffix == ".json":
+        try:
+            return Vocabulary.load(path)
+        except (ValueError, KeyError) as err:
+            raise CorpusError(f"data.vocab: {path}: not a seqvae vocab.json ({err})") from None
+    checkpoint = load_checkpoint(path, "data.vocab")
+    if "vocab" not in checkpoint:
+        raise CorpusError(f"data.vocab: {path}: the checkpoint holds no vocabulary (written before seqvae saved one)")
+    return Vocabulary.from_str(checkpoint["vocab"])
+
+
+def load_checkpoint(path: str | Path, option: str, map_location="cpu", **kwargs) -> dict:
+    """torch.load with weights_only=True: a checkpoint is data, and one that carries anything
+    but tensors, plain values and seqvae's registered classes is refused, in one line naming
+    the option, instead of running the code it pickled."""
+    import pickle
+
+    try:
+        return torch.load(path, map_location=map_location, weights_only=True, **kwargs)
+    except FileNotFoundError:
+        raise CorpusError(f"{option}: no such checkpoint file {path}") from None
+    except pickle.UnpicklingError as err:
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise CorpusError(
+            f"{option}: {path}: refused to load (it carries objects other than weights and seqvae's settings; "
+            f"only load checkpoints you trust with torch.load(weights_only=False) yourself): {first}"
+        ) from None
+    except (RuntimeError, EOFError) as err:
+        raise CorpusError(f"{option}: {path}: not a readable checkpoint ({' '.join(str(err).split())[:200]})") from None
