@@ -1,0 +1,222 @@
+"""A sweep's grid file and its expansion into cells (`seqvae sweep GRID.yaml`; the file format
+is described in `seqvae/sweep.py`, which runs the cells): validation of every key with one-line
+errors naming the file and key, `${seed}`/`${variant}`/`${root}` interpolation, and the
+`--variants` / `--seeds` selection.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import yaml
+
+GRID_KEYS = ("root", "configs", "overrides", "seeds", "variants", "export")
+VARIANT_KEYS = ("name", "configs", "overrides", "needs")
+RESERVED = ("seed_everything", "trainer.logger", "ckpt_path", "config")  # set by the sweep itself
+VARIABLES = ("seed", "variant", "root")
+INTERPOLATION = re.compile(r"\$\{([^}]*)\}")
+NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]*")
+
+
+class GridError(Exception):
+    """A bad grid file; the message is one line naming the file and the key."""
+
+
+@dataclass
+class Cell:
+    index: int  # 1-based position in the grid
+    total: int
+    variant: str
+    seed: int
+    run_dir: Path
+    args: list[str]  # `seqvae fit` arguments, without --ckpt_path
+    needs: list[Path] = field(default_factory=list)  # run directories that must have finished first
+    export_dir: Path | None = None  # where its small result files are copied once it finished
+
+    @property
+    def name(self) -> str:
+        return f"{self.variant}/seed{self.seed}"
+
+    @property
+    def tag(self) -> str:
+        return f"[{self.index}/{self.total}] {self.name}"
+
+    @property
+    def last_ckpt(self) -> Path:
+        return self.run_dir / "checkpoints" / "last.ckpt"
+
+    def state(self) -> str:
+        if (self.run_dir / "metrics.json").is_file():
+            return "finished"
+        if self.last_ckpt.is_file():
+            return "interrupted"
+        if self.export_dir is not None and (self.export_dir / "metrics.json").is_file():
+            return "exported"  # finished on another machine; its run directory is not here
+        return "new"
+
+    def fit_args(self) -> list[str]:
+        return [*self.args, "--ckpt_path", str(self.last_ckpt)] if self.state() == "interrupted" else list(self.args)
+
+
+# ------------------------------------------------------------------------------------- grid file
+def cli_value(value) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None:
+        return "null"
+    if isinstance(value, (dict, list)):
+        return json.dumps(value)
+    return str(value)
+
+
+def interpolate(value, variables: dict[str, str], where: str):
+    if isinstance(value, str):
+
+        def sub(m):
+            if m.group(1) not in variables:
+                known = ", ".join("${" + v + "}" for v in VARIABLES)
+                raise GridError(f"{where}: unknown interpolation ${{{m.group(1)}}} (known: {known})")
+            return variables[m.group(1)]
+
+        return INTERPOLATION.sub(sub, value)
+    if isinstance(value, list):
+        return [interpolate(v, variables, f"{where}[{i}]") for i, v in enumerate(value)]
+    if isinstance(value, dict):
+        return {k: interpolate(v, variables, f"{where}.{k}") for k, v in value.items()}
+    return value
+
+
+def _config_list(value, where: str) -> list[str]:
+    if value is None:
+        return []
+    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+        raise GridError(f"{where}: expected a list of config file paths")
+    for i, p in enumerate(value):
+        if not Path(p).is_file():
+            raise GridError(f"{where}[{i}]: no such file {p}")
+    return list(value)
+
+
+def _overrides(value, where: str) -> dict:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise GridError(f"{where}: expected a mapping of dotted keys to values (model.pooling: max)")
+    for key in value:
+        if not isinstance(key, str) or not re.fullmatch(r"[A-Za-z_][\w]*(\.[A-Za-z_0-9][\w]*)*", key):
+            raise GridError(f"{where}.{key}: not a dotted config key")
+        if any(key == r or key.startswith(r + ".") for r in RESERVED):
+            raise GridError(f"{where}.{key}: set by the sweep (seeds, root and the variant name); remove it")
+    return dict(value)
+
+
+def load_grid(path: str | Path) -> list[Cell]:
+    """Parses and checks a grid file; raises GridError with one line naming the file and the key."""
+    path = Path(path)
+    try:
+        grid = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as err:
+        raise GridError(f"{path}: cannot read: {err.strerror}") from None
+    except yaml.YAMLError as err:
+        raise GridError(f"{path}: not valid YAML: {' '.join(str(err).split())}") from None
+    return grid_cells(grid, str(path))
+
+
+def grid_cells(grid, source: str) -> list[Cell]:
+    """The cells of a parsed grid (a dict, as in a grid file); errors name `source` and the key."""
+    try:
+        return _cells(grid)
+    except GridError as err:
+        raise GridError(f"{source}: {err}") from None
+
+
+def _cells(grid) -> list[Cell]:
+    if not isinstance(grid, dict):
+        raise GridError(f"expected a mapping with keys {', '.join(GRID_KEYS)}")
+    for key in grid:
+        if key not in GRID_KEYS:
+            raise GridError(f"{key}: unknown key (expected {', '.join(GRID_KEYS)})")
+    for key in ("root", "configs", "seeds", "variants"):
+        if key not in grid or grid[key] in (None, [], ""):
+            raise GridError(f"{key}: missing")
+    root = grid["root"]
+    if not isinstance(root, str):
+        raise GridError("root: expected a directory path")
+    export = grid.get("export")
+    if export is not None and not isinstance(export, str):
+        raise GridError("export: expected a directory path")
+    configs = _config_list(grid["configs"], "configs")
+    common = _overrides(grid.get("overrides"), "overrides")
+    seeds = grid["seeds"]
+    if not isinstance(seeds, list) or not all(isinstance(s, int) and not isinstance(s, bool) for s in seeds):
+        raise GridError("seeds: expected a list of integers")
+    if len(set(seeds)) < len(seeds):
+        raise GridError("seeds: repeated seed")
+    if not isinstance(grid["variants"], list):
+        raise GridError("variants: expected a list of {name, configs, overrides, needs}")
+    variants = []
+    for i, v in enumerate(grid["variants"]):
+        where = f"variants[{i}]"
+        if not isinstance(v, dict):
+            raise GridError(f"{where}: expected a mapping with keys {', '.join(VARIANT_KEYS)}")
+        for key in v:
+            if key not in VARIANT_KEYS:
+                raise GridError(f"{where}.{key}: unknown key (expected {', '.join(VARIANT_KEYS)})")
+        name = v.get("name")
+        if not isinstance(name, str) or not NAME.fullmatch(name):
+            raise GridError(f"{where}.name: missing or not a directory name (letters, digits, _ . + -)")
+        if name in [w["name"] for w in variants]:
+            raise GridError(f"{where}.name: repeated variant {name}")
+        needs = v.get("needs") or []
+        if not isinstance(needs, list) or not all(isinstance(n, str) for n in needs):
+            raise GridError(f"{where}.needs: expected a list of variant names")
+        for n in needs:
+            if n not in [w["name"] for w in variants]:
+                raise GridError(f"{where}.needs: {n} is not a variant listed before {name}")
+        extra = _config_list(v.get("configs"), f"{where}.configs")
+        overrides = {**common, **_overrides(v.get("overrides"), f"{where}.overrides")}
+        where_of = {k: (f"{where}.overrides.{k}" if k in (v.get("overrides") or {}) else f"overrides.{k}") for k in overrides}
+        variants.append({"name": name, "configs": configs + extra, "overrides": overrides, "where": where_of, "needs": needs})
+    total = len(seeds) * len(variants)
+    cells = []
+    for seed in seeds:
+        for v in variants:
+            variables = {"seed": str(seed), "variant": v["name"], "root": root}
+            args = [word for c in v["configs"] for word in ("--config", c)]
+            args += ["--seed_everything", str(seed)]
+            for key, value in v["overrides"].items():
+                args += [f"--{key}", cli_value(interpolate(value, variables, v["where"][key]))]
+            args += [
+                "--trainer.logger.init_args.save_dir", root,
+                "--trainer.logger.init_args.name", v["name"],
+                "--trainer.logger.init_args.version", f"seed{seed}",
+            ]  # fmt: skip
+            needs = [Path(root) / n / f"seed{seed}" for n in v["needs"]]
+            run_dir = Path(root) / v["name"] / f"seed{seed}"
+            export_dir = Path(export) / v["name"] / f"seed{seed}" if export else None
+            cells.append(Cell(len(cells) + 1, total, v["name"], seed, run_dir, args, needs, export_dir))
+    return cells
+
+
+def select(cells: list[Cell], variants: str | None, seeds: str | None) -> list[Cell]:
+    """The cells of the listed variants and seeds (comma-separated; None: all), renumbered."""
+    keep = list(cells)
+    if variants is not None:
+        names = [n for n in variants.split(",") if n]
+        unknown = [n for n in names if n not in {c.variant for c in cells}]
+        if unknown:
+            raise GridError(f"--variants: {', '.join(unknown)} not in the grid")
+        keep = [c for c in keep if c.variant in names]
+    if seeds is not None:
+        try:
+            wanted = [int(x) for x in seeds.split(",") if x]
+        except ValueError as err:
+            raise GridError(f"--seeds: expected comma-separated integers, got {seeds!r}") from err
+        unknown = [str(x) for x in wanted if x not in {c.seed for c in cells}]
+        if unknown:
+            raise GridError(f"--seeds: {', '.join(unknown)} not in the grid")
+        keep = [c for c in keep if c.seed in wanted]
+    return [replace(c, index=i + 1, total=len(keep)) for i, c in enumerate(keep)]
