@@ -1,0 +1,239 @@
+"""Differences to a baseline with 95% intervals (`seqvae compare --baseline`): paired by seed
+(t-interval over the common seeds), unpaired (Welch), or — one run per side — paired by test text
+from the runs' per-text files. See `seqvae/compare.py` for when each applies.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import statistics
+
+from .runs import MISSING, CompareError, value
+
+# Metrics that get a difference to the baseline, and the per-text column of those paired by text.
+DIFF_METRICS = ("iw_nll", "neg_elbo", "kl", "mi", "mi_dataset", "au", "iw_ppl")
+PER_TEXT = {"iw_nll": "iw_nll", "neg_elbo": "neg_elbo", "kl": "kl"}
+PER_TEXT_COLUMNS = ("index", "line", "tokens", "neg_elbo", "kl", "iw_nll", "iw_se")
+# Monte-Carlo standard error of a run's own value (importance / z sampling), when metrics.json has it.
+MC_SE = {"iw_nll": "iw_nll_se", "mi_dataset": "mi_dataset_se"}
+# A difference in JSON: diff (row − baseline), 95% bounds lo/hi, n pairs (texts, seeds) or runs, df of the
+# t quantile, by ("text", "seed", "welch" or None), why there is no interval, MC se of a one-run difference.
+DIFF_KEYS = dict.fromkeys(("diff", "lo", "hi", "n", "df", "by", "why", "mc_se", "excludes_zero"))
+# Two-sided 95% quantiles of Student's t, t(0.975, df), for df 1..30; beyond, the Cornish-Fisher
+# expansion around the normal quantile (its P(T < t) is off by < 1e-8 from df 31 on; tests/test_compare.py).
+T975 = (
+    12.706204736, 4.302652730, 3.182446305, 2.776445105, 2.570581836, 2.446911851, 2.364624252, 2.306004135,
+    2.262157163, 2.228138852, 2.200985160, 2.178812830, 2.160368656, 2.144786688, 2.131449546, 2.119905299,
+    2.109815578, 2.100922040, 2.093024054, 2.085963447, 2.079613845, 2.073873068, 2.068657610, 2.063898562,
+    2.059538553, 2.055529439, 2.051830516, 2.048407142, 2.045229642, 2.042272456,
+)  # fmt: skip
+
+
+def t975(df: float) -> float:
+    """t(0.975, df); a fractional df (Welch) is rounded down, which widens the interval."""
+    df = int(math.floor(df))
+    if df < 1:
+        raise ValueError(f"t quantile needs df >= 1, got {df}")
+    if df <= len(T975):
+        return T975[df - 1]
+    z = statistics.NormalDist().inv_cdf(0.975)
+    g = (
+        (z**3 + z) / 4,
+        (5 * z**5 + 16 * z**3 + 3 * z) / 96,
+        (3 * z**7 + 19 * z**5 + 17 * z**3 - 15 * z) / 384,
+        (79 * z**9 + 776 * z**7 + 1482 * z**5 - 1920 * z**3 - 945 * z) / 92160,
+    )
+    return z + sum(gk / df ** (k + 1) for k, gk in enumerate(g))
+
+
+def t_interval(d: list[float]) -> dict:
+    """mean(d) ± t(0.975, n−1)·sd(d)/√n; no bounds for fewer than 2 values."""
+    n = len(d)
+    mean = statistics.fmean(d) if d else None
+    if n < 2:
+        return {"diff": mean, "lo": None, "hi": None, "n": n}
+    half = t975(n - 1) * statistics.stdev(d) / math.sqrt(n)
+    return {"diff": mean, "lo": mean - half, "hi": mean + half, "n": n, "df": n - 1}
+
+
+def welch_interval(a: list[float], b: list[float]) -> dict:
+    """mean(a) − mean(b) ± t(0.975, ν)·√(s_a²/n_a + s_b²/n_b), ν by Welch–Satterthwaite (rounded down)."""
+    diff = statistics.fmean(a) - statistics.fmean(b)
+    va, vb = statistics.variance(a) / len(a), statistics.variance(b) / len(b)
+    if va + vb == 0:
+        return {"diff": diff, "lo": diff, "hi": diff, "n": len(a) + len(b), "df": len(a) + len(b) - 2}
+    df = (va + vb) ** 2 / (va**2 / (len(a) - 1) + vb**2 / (len(b) - 1))
+    half = t975(df) * math.sqrt(va + vb)
+    return {"diff": diff, "lo": diff - half, "hi": diff + half, "n": len(a) + len(b), "df": math.floor(df)}
+
+
+def read_per_text(run: dict) -> tuple[dict[int, dict] | None, str]:
+    """index -> {column: float} from the run's per-text file; (None, why) when it has none."""
+    name = run["metrics"].get("per_text_file")
+    if not name:
+        return None, f"{run['path']} has no per-text file"
+    path = run["path"] / name
+    if not path.is_file():
+        return None, f"{path} is missing"
+    rows: dict[int, dict] = {}
+    with open(path, newline="", encoding="utf-8") as f:
+        reader = csv.DictReader(f)
+        absent = [c for c in PER_TEXT_COLUMNS if c in ("index", *PER_TEXT.values()) and c not in (reader.fieldnames or [])]
+        if absent:
+            raise CompareError(f"{path}: no column {', '.join(absent)} (expected {','.join(PER_TEXT_COLUMNS)})")
+        for line, row in enumerate(reader, start=2):
+            try:
+                index = int(row["index"])
+                values = {c: float(row[c]) for c in PER_TEXT.values()}
+            except (TypeError, ValueError):
+                raise CompareError(f"{path}:{line}: not a number in {dict(row)}") from None
+            if index in rows:
+                raise CompareError(f"{path}:{line}: index {index} occurs twice")
+            rows[index] = values
+    return rows, ""
+
+
+def texts_pairing(a: dict, b: dict) -> tuple[tuple[dict, dict] | None, str]:
+    """The two runs' per-text rows when they were tested on the same texts; else (None, why)."""
+    ta, why = read_per_text(a)
+    if ta is None:
+        return None, why
+    tb, why = read_per_text(b)
+    if tb is None:
+        return None, why
+    da, db = a["metrics"].get("test_texts_sha256"), b["metrics"].get("test_texts_sha256")
+    if not da or not db:
+        return None, f"{(a if not da else b)['path']}: metrics.json has no test_texts_sha256"
+    if da != db:
+        return None, f"different test texts (test_texts_sha256 {da[:12]}… vs {db[:12]}…)"
+    if set(ta) != set(tb):
+        return None, f"the per-text files have different rows ({len(ta)} vs {len(tb)} texts, {len(set(ta) ^ set(tb))} unmatched)"
+    return (ta, tb), ""
+
+
+def excludes_zero(d: dict) -> bool | None:
+    if d.get("lo") is None:
+        return None
+    return d["lo"] > 0 or d["hi"] < 0
+
+
+def seed_map(runs: list[dict]) -> dict[int, dict]:
+    """seed -> run, for the seeds that occur once in the group."""
+    seeds = [r["seed"] for r in runs]
+    return {r["seed"]: r for r in runs if r["seed"] is not None and seeds.count(r["seed"]) == 1}
+
+
+def seeds_text(seeds: list[int]) -> str:
+    return ", ".join(map(str, seeds))
+
+
+def k_note(a: list[dict], b: list[dict]) -> str:
+    ka = sorted({r["metrics"].get("iw_samples") for r in a if r["metrics"].get("iw_samples") is not None})
+    kb = sorted({r["metrics"].get("iw_samples") for r in b if r["metrics"].get("iw_samples") is not None})
+    if ka and kb and ka != kb:
+        return f"; IW-NLL with different K ({'/'.join(map(str, ka))} vs {'/'.join(map(str, kb))} importance samples)"
+    return ""
+
+
+def differences(g: dict, base: dict) -> tuple[dict, str, str]:
+    """({metric id: difference}, short pairing for the table, what was paired and n: one line after "ROW: ")."""
+    blabel = base["label"]
+    rows, brows = g["runs"], base["runs"]
+    rmap, bmap = seed_map(rows), seed_map(brows)
+    common = sorted(set(rmap) & set(bmap))
+    out: dict[str, dict] = {}
+    if len(rows) > 1 and len(brows) > 1 and len(common) > 1:
+        for mid in DIFF_METRICS:
+            pairs = [(value(rmap[s], mid), value(bmap[s], mid)) for s in common]
+            d = [x - y for x, y in pairs if x is not None and y is not None]
+            out[mid] = {**t_interval(d), "by": "seed"} if d else {"diff": None}
+            if len(d) == 1:
+                out[mid]["why"] = "one common seed has it"
+        n = len(common)
+        dropped = len(rows) + len(brows) - 2 * n
+        extra = f"; {dropped} run(s) without a partner of the same seed left out" if dropped else ""
+        line = f"paired by seed with {blabel}, seeds {seeds_text(common)} (n = {n}, t(0.975, {n - 1}) = {t975(n - 1):.3f}){extra}"
+        return out, f"seed, n={n}", line + k_note(rows, brows)
+    if len(rows) > 1 and len(brows) > 1:
+        for mid in DIFF_METRICS:
+            a = [v for v in (value(r, mid) for r in rows) if v is not None]
+            b = [v for v in (value(r, mid) for r in brows) if v is not None]
+            if len(a) > 1 and len(b) > 1:
+                out[mid] = {**welch_interval(a, b), "by": "welch"}
+            else:
+                diff = statistics.fmean(a) - statistics.fmean(b) if a and b else None
+                out[mid] = {"diff": diff, "why": "fewer than 2 runs of a side have it"}
+        why = "no seed in common" if not common else f"only seed {common[0]} in common"
+        line = f"not paired ({why}): unpaired Welch interval, {len(rows)} vs {len(brows)} runs (df rounded down)"
+        return out, f"unpaired, n={len(rows)}+{len(brows)}", line + k_note(rows, brows)
+    # One run on at least one side: that run against the other side's run of the same seed.
+    if len(rows) == 1 and len(brows) == 1:
+        pair = (rows[0], brows[0])
+    elif common:
+        pair = (rmap[common[0]], bmap[common[0]])
+    else:
+        pair = None
+    if pair is None:
+        for mid in DIFF_METRICS:
+            m, bm = g["stats"][mid]["mean"], base["stats"][mid]["mean"]
+            out[mid] = {"diff": None if None in (m, bm) else m - bm, "why": "no pairing"}
+        own = seeds_text(sorted({r["seed"] for r in rows if r["seed"] is not None})) or "unknown"
+        runs_text = f"{len(rows)} run{'s' * (len(rows) > 1)} (seed{'s' * (',' in own)} {own})"
+        line = f"not paired: {runs_text} and no {blabel} run of the same seed; difference of the means, no interval"
+        return out, MISSING, line + k_note(rows, brows)
+    a, b = pair
+    which = f"seed {a['seed']}" if a["seed"] is not None else a["path"].name
+    bwhich = f"seed {b['seed']}" if b["seed"] is not None else b["path"].name
+    texts, why = texts_pairing(a, b)
+    for mid in DIFF_METRICS:
+        va, vb = value(a, mid), value(b, mid)
+        if mid in PER_TEXT and texts is not None:
+            ta, tb = texts
+            col = PER_TEXT[mid]
+            d = [ta[i][col] - tb[i][col] for i in sorted(ta) if math.isfinite(ta[i][col]) and math.isfinite(tb[i][col])]
+            out[mid] = {**t_interval(d), "by": "text"} if d else {"diff": None, "why": f"{col} is nan for every text"}
+            continue
+        out[mid] = {"diff": None if None in (va, vb) else va - vb, "n": 1, "why": "one run per side"}
+        se = MC_SE.get(mid)
+        if se and None not in (value(a, se), value(b, se)):
+            out[mid]["mc_se"] = math.hypot(value(a, se), value(b, se))
+    head = f"{which} vs {blabel} {bwhich}"
+    if texts is not None:
+        n = out["neg_elbo"].get("n") or 0
+        t = f"t(0.975, {n - 1}) = {t975(n - 1):.3f}" if n > 1 else "no interval"
+        n_iw = out["iw_nll"].get("n") or 0
+        iw = f"; IW-NLL on the {n_iw} texts both have it for" if n_iw != n else ""
+        line = (f"{head}: IW-NLL, −ELBO, KL paired by test text (n = {n} texts, {t}{iw}); "
+                "MI, MI(dataset), AU, PPL: n/a, one run per side")  # fmt: skip
+        short = f"text, n={n}"
+    else:
+        line = f"{head}: not paired by text ({why}); one run per side: differences only, n/a"
+        short = "one run each"
+    return out, short, line + k_note([a], [b])
+
+
+def diff_cell(d: dict | None, digits: int) -> str:
+    if not d or d.get("diff") is None:
+        return MISSING
+    text = f"{d['diff']:+.{digits}f}"
+    if d.get("lo") is not None:
+        return f"{text} [{d['lo']:+.{digits}f}, {d['hi']:+.{digits}f}]" + ("*" if excludes_zero(d) else "")
+    return f"{text} (n/a; MC se {d['mc_se']:.{digits}f})" if d.get("mc_se") is not None else f"{text} (n/a)"
+
+
+def add_differences(groups: list[dict]) -> list[str]:
+    """Fills g["difference"] and g["paired_by"] for every non-baseline group; returns the pairing lines."""
+    base = next((g for g in groups if g["baseline"]), None)
+    if base is None:
+        return []
+    lines: dict[str, list[str]] = {}  # rows paired the same way share one line
+    for g in groups:
+        if g is base:
+            continue
+        diff, short, line = differences(g, base)
+        for mid, d in diff.items():  # every difference has every key (None when it does not apply)
+            diff[mid] = {**DIFF_KEYS, **d, "excludes_zero": excludes_zero(d)}
+        g["difference"], g["paired_by"], g["pairing"] = diff, short, line
+        lines.setdefault(line, []).append(g["label"])
+    return [f"{', '.join(labels)}: {line}" for line, labels in lines.items()]

@@ -1,0 +1,140 @@
+"""Finished runs as `seqvae compare` reads them: a run directory's config.yaml and metrics.json
+(a training run, or its export under docs/results/), the metrics a table shows, and which config
+keys say what a run is (grouping) and which only how it was launched (ignored).
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import math
+import os
+import statistics
+from pathlib import Path
+
+import yaml
+
+# (id used in CSV/JSON, markdown header, metrics.json key, digits)
+METRICS = [
+    ("iw_nll", "IW-NLL", "test/iw_nll", 2),
+    ("iw_nll_se", "IW-NLL MC se", "test/iw_nll_se", 2),
+    ("neg_elbo", "−ELBO", "test/loss", 2),
+    ("kl", "KL", "test/kl", 2),
+    ("mi", "MI", "test/mi", 2),
+    ("mi_dataset", "MI(dataset)", "test/mi_dataset", 2),
+    ("mi_dataset_se", "MI(dataset) MC se", "test/mi_dataset_se", 3),
+    ("au", "AU", "test/au", 1),
+    ("feature_cos", "feature cos", "test/feature_cos", 4),
+    ("feature_ev1", "feature EV1", "test/feature_ev1", 3),
+    ("feature_ev3", "feature EV3", "test/feature_ev3", 3),
+    ("feature_erank", "feature erank", "test/feature_erank", 1),
+    ("mu_erank", "μ erank", "test/mu_erank", 1),
+    ("iw_ppl", "PPL", "test/iw_ppl", 1),
+    ("encoder_updates", "enc updates", "encoder_updates", 0),
+    ("decoder_updates", "dec updates", "decoder_updates", 0),
+    ("train_minutes", "train minutes", "fit_seconds", 1),
+]
+KEY = {mid: key for mid, _, key, _ in METRICS}
+HEADER = {mid: header for mid, header, _, _ in METRICS}
+DIGITS = {mid: digits for mid, _, _, digits in METRICS}
+# model.init_encoder_from names the stage-1 run of the same seed (freebits after autoencoder).
+# The others change how a run is saved, launched or used after training, never its numbers;
+# runs written before they existed must still group with runs written after.
+IGNORED = (
+    "seed_everything", "data.seed", "trainer.logger", "checkpoint", "ckpt_path", "trainer.default_root_dir",
+    "model.init_encoder_from", "periodic_checkpoint", "model.generation", "trainer.use_distributed_sampler",
+    "model.aggressive.init_args.seed",  # the run's seed since it defaults to seed_everything
+    "data.vocab",  # a re-test reads the vocabulary from its checkpoint: the same one
+)  # fmt: skip
+
+
+KEPT = ("checkpoint.monitor",)
+# Settings added after runs were recorded, with the value every run from before them used: a run
+# written without the key groups with runs that set it to that value, and with no others. Which
+# runs lacked which key is said under the table.
+DEFAULTS_OF_NEWER_KEYS = {"model.init": "reference", "model.bn_eps": 1e-5}
+MISSING = "–"
+
+
+class CompareError(Exception):
+    pass
+
+
+def flatten(obj, prefix: str = "") -> dict:
+    """Nested dicts and lists -> {"model.kl_schedule.init_args.start": 0.1, ...}."""
+    items = obj.items() if isinstance(obj, dict) else enumerate(obj) if isinstance(obj, list) else None
+    if items is None or not obj:
+        return {prefix: obj}
+    out = {}
+    for k, v in items:
+        out.update(flatten(v, f"{prefix}.{k}" if prefix else str(k)))
+    return out
+
+
+def ignored(key: str) -> bool:
+    return key not in KEPT and any(key == p or key.startswith(p + ".") for p in IGNORED)
+
+
+def as_seed(value) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def load_run(path: Path) -> dict:
+    missing = [n for n in ("config.yaml", "metrics.json") if not (path / n).is_file()]
+    if missing:
+        raise CompareError(f"{path}: not a run directory (no {' or '.join(missing)})")
+    try:
+        config = yaml.safe_load((path / "config.yaml").read_text()) or {}
+        metrics = json.loads((path / "metrics.json").read_text())
+    except (yaml.YAMLError, json.JSONDecodeError) as err:
+        raise CompareError(f"{path}: {' '.join(str(err).split())}") from err
+    if not isinstance(config, dict) or not isinstance(metrics, dict):
+        raise CompareError(f"{path}: config.yaml and metrics.json must each hold a mapping")
+    flat = {k: v for k, v in flatten(config).items() if not ignored(k)}
+    filled = {}
+    if "model" in config:
+        filled = {k: v for k, v in DEFAULTS_OF_NEWER_KEYS.items() if k not in flat}
+        flat = {**filled, **flat}
+    seeds = metrics.get("seeds") if isinstance(metrics.get("seeds"), dict) else {}
+    seed = as_seed(config.get("seed_everything"))
+    if seed is None:  # `seed_everything: true` draws one; the run records the one it drew
+        seed = as_seed(seeds.get("seed_everything"))
+    return {"path": path, "config": flat, "metrics": metrics, "seed": seed, "filled": filled}
+
+
+def find_runs(patterns: list[str], option: str | None = None) -> list[dict]:
+    """The run directories matching the patterns, in order; `option` names the one they came from."""
+    where = f"{option} " if option else ""
+    paths: list[Path] = []
+    for pattern in patterns:
+        matches = [pattern] if os.path.isdir(pattern) else sorted(p for p in glob.glob(pattern) if os.path.isdir(p))
+        if not matches:
+            message = f"{option} {pattern!r}: no run directories match" if option else f"no run directories match {pattern!r}"
+            raise CompareError(message)
+        paths += [Path(m) for m in matches if Path(m).resolve() not in {p.resolve() for p in paths}]
+    runs = []
+    for p in paths:
+        try:
+            runs.append(load_run(p))
+        except CompareError as err:
+            raise CompareError(f"{where}{err}") from None
+    return runs
+
+
+def value(run: dict, mid: str) -> float | None:
+    v = run["metrics"].get(KEY[mid])
+    if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v):
+        return None
+    return v / 60 if mid == "train_minutes" else float(v)
+
+
+def summarize(runs: list[dict], key: str) -> dict:
+    values = [float(r["metrics"][key]) for r in runs if isinstance(r["metrics"].get(key), (int, float))]
+    if key == "fit_seconds":
+        values = [v / 60 for v in values]
+    if key.endswith("_se"):  # a run's Monte-Carlo s.e.: its root mean square over the row's runs
+        return {"mean": math.sqrt(statistics.fmean(v * v for v in values)) if values else None, "std": None}
+    return {
+        "mean": statistics.fmean(values) if values else None,
+        "std": statistics.stdev(values) if len(values) > 1 else None,
+    }
