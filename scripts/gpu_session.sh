@@ -59,7 +59,7 @@ else
   size=(--model.embed_dim 512 --model.hidden_dim 1024 --data.max_vocab null --trainer.max_epochs 20
         --model.test_iw_samples 500 --trainer.precision bf16-mixed)
   bench=(--quick); tests=()
-  table1=(--trainer.max_epochs 20 --model.test_iw_samples 100)  # as scripts/run_yahoo10k.sh
+  table1=(--trainer.max_epochs 20 --model.test_iw_samples 100)  # as configs/sweeps/yahoo10k.yaml
 fi
 { nvidia-smi || true; python3 -c 'import torch; print(torch.__version__, torch.cuda.is_available())'; } > "$OUT/env.txt" 2>&1
 
@@ -82,7 +82,7 @@ wait
 for run in last/paper max/paper aggressive/table1; do
   m=${run%%/*}; d=runs/gpu/$run
   [ -f "$d/metrics.json" ] && log "$m finished" || log "$m did not finish in ${step2}s (see its log)"
-  [ -d "$d" ] && python3 scripts/export_run.py "$d" "$work/results/$m" > /dev/null 2>&1
+  [ -d "$d" ] && python3 -c 'from seqvae.cli import main; main()' export "$d" "$work/results/$m" > /dev/null 2>&1
 done
 tail -n 30 "$work/last.log" "$work/max.log" "$work/aggressive.log" > "$OUT/runs_tail.log" 2>&1
 tar czf "$OUT/results.tgz" -C "$work" results 2>/dev/null || true

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import argparse
 import collections
-import json
 import os
 import shlex
 import shutil
@@ -47,6 +46,7 @@ from pathlib import Path
 import yaml
 
 from . import compare
+from .export import result_files
 from .grid import Cell, GridError, load_grid, select  # noqa: F401  (load_grid: part of this module's API)
 
 POLL_SECONDS = 2.0
@@ -158,19 +158,6 @@ def write_curves(run_dir: Path) -> None:
     if out.exists() and out.stat().st_mtime >= (run_dir / "metrics.json").stat().st_mtime:
         return
     compare.write_curves(run_dir, out)
-
-
-def result_files(run_dir: Path) -> list[str]:
-    """A finished run's small result files, in copy order: config.yaml, curves.csv, its per-text
-    results (the file metrics.json names) and metrics.json last (it marks the set complete)."""
-    names = ["config.yaml", "curves.csv"]
-    try:
-        per_text = json.loads((run_dir / "metrics.json").read_text()).get("per_text_file")
-    except (OSError, json.JSONDecodeError):
-        per_text = None
-    if per_text and Path(per_text).name == per_text:
-        names.append(per_text)
-    return [*names, "metrics.json"]
 
 
 def export_cell(cell: Cell) -> bool:

@@ -108,12 +108,14 @@ def test_predict_writes_one_reconstruction_per_input_line_in_order(tiny, tmp_pat
 def test_export_and_compare_round_trip(tiny, tmp_path, capsys):
     import json
 
-    from script_loader import load_script
+    from seqvae.cli import main
 
     args = demo_args(tiny, tmp_path, epochs=2)
     SeqVAECLI(args=["fit", *args])
     run = tmp_path / "demo" / "version_0"
-    load_script("export_run").main(str(run), str(tmp_path / "out" / "demo" / "seed1"))
+    with pytest.raises(SystemExit) as done:
+        main(["export", str(run), str(tmp_path / "out" / "demo" / "seed1")])
+    assert done.value.code == 0
     exported = tmp_path / "out" / "demo" / "seed1"
     assert sorted(p.name for p in exported.iterdir()) == ["config.yaml", "curves.csv", "metrics.json", "per_text.csv"]
     rows = (exported / "curves.csv").read_text().splitlines()
@@ -218,20 +220,23 @@ def test_test_with_checkpoint_takes_evaluation_settings_from_the_command(tiny, t
 
 
 def test_encoder_diagnostics_on_a_trained_run(tiny, tmp_path, capsys):
-    from script_loader import load_script
+    from seqvae import diagnostics as tool
 
     args = demo_args(tiny, tmp_path)
     SeqVAECLI(args=["fit", *args])
     run = tmp_path / "demo" / "version_0"
-    tool = load_script("encoder_diagnostics")
     d = tool.diagnose(run, batches=2)
     params = d["params"]
     assert set(params) == {n for n, _ in SeqVAECLI(args=args, run=False).model.named_parameters()}
-    trained = torch.load(run / "checkpoints" / "best.ckpt", weights_only=False)["state_dict"]
+    trained = torch.load(run / "checkpoints" / "best.ckpt", weights_only=True)["state_dict"]
     assert params["encoder.lstm.weight_ih_l0"]["norm"] == pytest.approx(float(trained["encoder.lstm.weight_ih_l0"].norm()))
     assert all(r["grad"] > 0 for n, r in params.items() if n.startswith(("encoder.embed", "encoder.lstm", "encoder.to_")))
     assert 0 < d["clip_factor"] <= 1 and 0 < d["feature_std"] and 0 < d["mu_std"]
-    assert tool.main([str(run), "--batches", "1"]) == 0
+    from seqvae.cli import main
+
+    with pytest.raises(SystemExit) as done:
+        main(["diagnose", str(run), "--batches", "1"])
+    assert done.value.code == 0
     assert "encoder features: mean |h|" in capsys.readouterr().out
     with pytest.raises(SystemExit, match="no such checkpoint"):
         tool.diagnose(tmp_path / "nope")

@@ -61,7 +61,7 @@ def test_shipped_yahoo10k_grid_matches_the_script(in_repo):
     for c in cells:
         assert c.args[:4] == ["--config", "configs/yahoo10k/base.yaml", "--config", f"configs/yahoo10k/{c.variant}.yaml"]
         assert c.args[4:10] == ["--seed_everything", str(c.seed), "--trainer.max_epochs", "20", "--model.test_iw_samples", "100"]
-        assert c.run_dir == Path("runs/yahoo10k") / c.variant / f"seed{c.seed}"  # where scripts/run_yahoo10k.sh puts it
+        assert c.run_dir == Path("runs/yahoo10k") / c.variant / f"seed{c.seed}"  # where the Table-1 runs live
     order = [c.name for c in cells]
     for seed in (1, 2, 3):
         assert order.index(f"autoencoder/seed{seed}") < order.index(f"freebits/seed{seed}")

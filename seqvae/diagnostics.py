@@ -2,7 +2,7 @@
 the same model), gradient norms of the reconstruction term on a few training batches, the share
 of the step that gradient clipping leaves, and how much the encoder features vary across texts.
 
-    python scripts/encoder_diagnostics.py RUN_DIR [--batches 3] [--checkpoint best|last]
+    seqvae diagnose RUN_DIR [--batches 3] [--checkpoint best|last]
 
 RUN_DIR is a run directory (config.yaml, checkpoints/). Reads the run's own training data.
 A collapsed run whose encoder weights are still at their initial scale, with features that vary
@@ -13,24 +13,24 @@ upstream of the KL term (an autoencoder with KL weight 0 can show it too).
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 import pytorch_lightning as pl
 import torch
 import yaml
 
-from seqvae import SeqVAE, TextDataModule
-from seqvae.metrics import sample_posterior
+from .data import TextDataModule
+from .metrics import sample_posterior
+from .model import SeqVAE
 
 
 def diagnose(run: Path, checkpoint: str = "best", batches: int = 3, seed: int = 0) -> dict:
     ckpt = run / "checkpoints" / f"{checkpoint}.ckpt"
     if not ckpt.is_file():
-        raise SystemExit(f"encoder_diagnostics: error: {ckpt}: no such checkpoint")
+        raise SystemExit(f"seqvae diagnose: error: {ckpt}: no such checkpoint")
     model = SeqVAE.load_from_checkpoint(ckpt, map_location="cpu")
     if model.encoder is None:
-        raise SystemExit(f"encoder_diagnostics: error: {ckpt}: a language model has no encoder")
+        raise SystemExit(f"seqvae diagnose: error: {ckpt}: a language model has no encoder")
     pl.seed_everything(seed, verbose=False)
     fresh = SeqVAE(**{k: v for k, v in model.hparams.items() if k != "init_encoder_from"})
     config = yaml.safe_load((run / "config.yaml").read_text())
@@ -62,7 +62,7 @@ def diagnose(run: Path, checkpoint: str = "best", batches: int = 3, seed: int = 
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="seqvae diagnose", description=__doc__.splitlines()[0])
     p.add_argument("run", type=Path)
     p.add_argument("--checkpoint", default="best", choices=["best", "last"])
     p.add_argument("--batches", type=int, default=3)
@@ -81,7 +81,3 @@ def main(argv: list[str] | None = None) -> int:
         f"({100 * d['feature_std'] / d['feature_abs']:.2f}% of |h|); posterior means: std across texts {d['mu_std']:.6f}"
     )
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

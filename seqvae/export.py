@@ -1,0 +1,52 @@
+"""`seqvae export RUN_DIR DEST_DIR`: copy a finished run's small result files — config.yaml, its
+per-text results, metrics.json (last: it marks the set complete) and the per-epoch validation
+curves (curves.csv, read from the TensorBoard event files) — e.g. into the repository's
+docs/results/. Checkpoints and event files never leave the run directory. `seqvae sweep` exports
+each finished cell the same way (`export:` in its grid file).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+from pathlib import Path
+
+from .compare import write_curves
+
+
+def result_files(run_dir: Path) -> list[str]:
+    """A finished run's small result files, in copy order: config.yaml, curves.csv, its per-text
+    results (the file metrics.json names) and metrics.json last (it marks the set complete)."""
+    names = ["config.yaml", "curves.csv"]
+    try:
+        per_text = json.loads((run_dir / "metrics.json").read_text()).get("per_text_file")
+    except (OSError, json.JSONDecodeError):
+        per_text = None
+    if per_text and Path(per_text).name == per_text:
+        names.append(per_text)
+    return [*names, "metrics.json"]
+
+
+def export_run(run: Path, dest: Path) -> int:
+    """Copies the run's result files to dest; returns the number of validation points in curves.csv."""
+    dest.mkdir(parents=True, exist_ok=True)
+    points = write_curves(run, dest / "curves.csv")
+    for name in result_files(run):
+        if name != "curves.csv" and (run / name).exists():
+            shutil.copy2(run / name, dest / name)
+    return points
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="seqvae export", description=__doc__.splitlines()[0])
+    p.add_argument("run", type=Path, help="run directory (config.yaml, metrics.json, event files)")
+    p.add_argument("dest", type=Path, help="where the small files go, e.g. docs/results/<grid>/<variant>/seed<N>")
+    args = p.parse_args(argv)
+    if not (args.run / "metrics.json").is_file():
+        print(f"seqvae export: error: {args.run}: not a finished run (no metrics.json)", file=sys.stderr)
+        return 2
+    points = export_run(args.run, args.dest)
+    print(f"exported {args.run} -> {args.dest} ({points} validation points)")
+    return 0
