@@ -8,9 +8,11 @@ A run directory is the contract: `<save_dir>/<name>/<version>/` holds `config.ya
 from __future__ import annotations
 
 import json
+import logging
 import os
 import sys
 import tempfile
+import warnings
 from pathlib import Path
 
 from jsonargparse import ArgumentError, lazy_instance
@@ -96,6 +98,25 @@ class RunDirConfig(SaveConfigCallback):
                 dm.vocab.save(path)
 
 
+class RunCheckpoint(ModelCheckpoint):
+    """Lightning's ModelCheckpoint (`--checkpoint.*`) that, when a checkpoint is only evaluated
+    (test/validate/predict into a new run directory), leaves the training run's checkpoint
+    bookkeeping alone instead of warning that its directory differs from this run's."""
+
+    def setup(self, trainer, pl_module, stage):
+        super().setup(trainer, pl_module, stage)
+        self._fitting = stage == "fit"
+
+    def load_state_dict(self, state_dict):
+        if getattr(self, "_fitting", True):
+            super().load_state_dict(state_dict)
+
+    @property
+    def state_key(self) -> str:
+        # ModelCheckpoint's key: checkpoints written before this subclass resume with its state.
+        return super().state_key.replace(type(self).__qualname__, ModelCheckpoint.__qualname__, 1)
+
+
 class SeqVAECLI(LightningCLI):
     def __init__(self, args=None, run=True):
         super().__init__(
@@ -127,7 +148,7 @@ class SeqVAECLI(LightningCLI):
 
     def add_arguments_to_parser(self, parser):
         parser.link_arguments("data.vocab_size", "model.vocab_size", apply_on="instantiate")
-        parser.add_lightning_class_args(ModelCheckpoint, "checkpoint")
+        parser.add_lightning_class_args(RunCheckpoint, "checkpoint")
         parser.set_defaults(
             {
                 "checkpoint.monitor": "val/loss",
@@ -321,6 +342,19 @@ tools:
 """
 
 
+class _NoAdverts(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("💡 Tip:")
+
+
+def quiet_known_noise() -> None:
+    """Silences, by their exact text, the lines Lightning prints on every command that say nothing
+    about the run: its LitLogger advertisement and the FutureWarning of Lightning's own use of
+    torch's deprecated LeafSpec (fixed in Lightning, not ours to act on). Real warnings stay."""
+    logging.getLogger("pytorch_lightning.utilities.rank_zero").addFilter(_NoAdverts())
+    warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated", category=FutureWarning)
+
+
 def main(argv: list[str] | None = None) -> None:
     words = sys.argv[1:] if argv is None else list(argv)
     if words[:1] in ([], ["-h"], ["--help"]):
@@ -332,6 +366,7 @@ def main(argv: list[str] | None = None) -> None:
         module = importlib.import_module(f".{TOOLS[words[0]][0]}", __package__)
         sys.exit(module.main(words[1:]))
     reuse_freed_memory()  # a third less CPU time per training step on glibc (seqvae/allocator.py)
+    quiet_known_noise()
     try:
         SeqVAECLI(args=argv)
     except (CorpusError, ArgumentError, ConfigError, NonFiniteError) as err:

@@ -339,9 +339,9 @@ class TextDataModule(pl.LightningDataModule):
             data = self.split_ids("test")
         else:
             raise CorpusError("data.predict: no input texts (give --data.predict FILE; mode sample ignores them)")
-        # File order (padded batches, not length buckets): output line i is input line i.
-        sampler = RandomBatchSampler([len(x) for x in data], self.hparams.eval_batch_size, shuffle=False)
-        return DataLoader(data, batch_sampler=sampler, collate_fn=collate)
+        # File order (padded batches, not length buckets): output line i is input line i. A plain
+        # sequential DataLoader, which Lightning knows returns every text (no warning about it).
+        return DataLoader(data, batch_size=self.hparams.eval_batch_size, shuffle=False, collate_fn=collate)
 
     def random_train_batch(self, generator: random.Random) -> dict[str, torch.Tensor]:
         """One uniformly drawn training batch (aggressive training's inner loop)."""

@@ -183,3 +183,26 @@ def test_a_retest_writes_a_numbered_pair_and_keeps_the_first(trained, tmp_path, 
     written = write_new_files({work / "per_text.csv": "x\n", work / "metrics.json": "{}\n"})
     assert [p.name for p in written.values()] == ["per_text-3.csv", "metrics-3.json"]
     assert {p.name: p.read_bytes() for p in work.iterdir() if p.name in first} == first
+
+
+NOISE = ("💡 Tip", "LeafSpec", "The dirpath has changed", "You are using a custom batch sampler")
+
+
+def test_no_console_noise_on_test_and_predict(trained, tmp_path):
+    """Lightning's advert, its LeafSpec FutureWarning, the dirpath change of a checkpoint tested in
+    a new directory and the custom-sampler note of predict: none is printed (a real subprocess,
+    as a user sees it; pytest would capture warnings and log records in-process)."""
+    import subprocess
+    import sys
+
+    _, run_dir = trained
+    ckpt = run_dir / "checkpoints" / "best.ckpt"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "default"}
+    for sub in ("test", "predict"):
+        done = subprocess.run(
+            [sys.executable, "-m", "seqvae.cli", sub, f"--ckpt_path={ckpt}", f"--data.{sub}={run_dir.parent.parent.parent / 'corpus.txt'}",
+             "--model.test_iw_samples=2", f"--trainer.logger.init_args.save_dir={tmp_path}"],  # fmt: skip
+            capture_output=True, text=True, env=env, timeout=300, cwd=tmp_path,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        assert not [n for n in NOISE if n in done.stderr + done.stdout], done.stderr
