@@ -195,12 +195,12 @@ def test_no_console_noise_on_test_and_predict(trained, tmp_path):
     import subprocess
     import sys
 
-    _, run_dir = trained
-    ckpt = run_dir / "checkpoints" / "best.ckpt"
+    root, run_dir = trained
+    ckpt, texts = run_dir / "checkpoints" / "best.ckpt", root / "corpus.txt"
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "default"}
     for sub in ("test", "predict"):
         done = subprocess.run(
-            [sys.executable, "-m", "seqvae.cli", sub, f"--ckpt_path={ckpt}", f"--data.{sub}={run_dir.parent.parent.parent / 'corpus.txt'}",
+            [sys.executable, "-m", "seqvae.cli", sub, f"--ckpt_path={ckpt}", f"--data.{sub}={texts}",
              "--model.test_iw_samples=2", f"--trainer.logger.init_args.save_dir={tmp_path}"],  # fmt: skip
             capture_output=True, text=True, env=env, timeout=300, cwd=tmp_path,
         )  # fmt: skip
