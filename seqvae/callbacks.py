@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import random
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -266,3 +267,30 @@ class FitClock(Callback):
     def on_train_end(self, trainer, pl_module):
         self._tick(pl_module)
         self._since = None
+
+
+class EpochLine(Callback):
+    """One line per training epoch on stderr, for logs, CI and sweeps' cell logs, where a progress
+    bar would be noise (the CLI adds it when stderr is not a terminal; in a terminal Lightning's
+    progress bar shows the same values):
+
+        seqvae: epoch 3/20  train/loss 201.30  val/loss 199.84  val/kl 0.01  val/mi 0.03  val/au 0  kl_weight 0.46  42 s
+    """
+
+    KEYS = ("train/loss", "val/loss", "val/rec", "val/kl", "val/mi", "val/au", "val/iw_nll", "train/kl_weight")
+
+    def __init__(self):
+        self._start = time.monotonic()
+
+    def on_train_epoch_start(self, trainer, pl_module):
+        self._start = time.monotonic()
+
+    def on_validation_end(self, trainer, pl_module):
+        if trainer.sanity_checking or trainer.state.fn != "fit" or not trainer.is_global_zero:
+            return
+        values = trainer.callback_metrics
+        shown = [(k.removeprefix("train/"), float(values[k]), 0 if k == "val/au" else 2) for k in self.KEYS if k in values]
+        parts = [f"{name} {v:.{digits}f}" for name, v, digits in shown]
+        of = f"/{trainer.max_epochs}" if trainer.max_epochs and trainer.max_epochs > 0 else ""
+        seconds = time.monotonic() - self._start
+        print(f"seqvae: epoch {trainer.current_epoch + 1}{of}  {'  '.join(parts)}  {seconds:.0f} s", file=sys.stderr)

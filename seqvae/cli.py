@@ -21,7 +21,7 @@ from pytorch_lightning.cli import LightningCLI, SaveConfigCallback
 from pytorch_lightning.loggers import TensorBoardLogger
 
 from .allocator import reuse_freed_memory
-from .callbacks import PeriodicCheckpoint, PlateauRule
+from .callbacks import EpochLine, PeriodicCheckpoint, PlateauRule
 from .data import CorpusError, TextDataModule, load_checkpoint
 from .model import AGGRESSIVE_DDP, ConfigError, NonFiniteError, SeqVAE
 from .provenance import provenance
@@ -156,7 +156,8 @@ class SeqVAECLI(LightningCLI):
                 "checkpoint.save_last": True,
                 "checkpoint.auto_insert_metric_name": False,
                 "trainer.logger": lazy_instance(TensorBoardLogger, save_dir="runs", name="default", default_hp_metric=False),
-                "trainer.enable_progress_bar": False,
+                # A progress bar in a terminal; else (logs, CI, sweep cells) one line per epoch (EpochLine).
+                "trainer.enable_progress_bar": sys.stderr.isatty(),
                 # TextDataModule shards its own batch samplers across DDP ranks.
                 "trainer.use_distributed_sampler": False,
             }
@@ -232,6 +233,8 @@ class SeqVAECLI(LightningCLI):
             # fast_dev_run promises no checkpoints, but Lightning 2.6's ModelCheckpoint still writes
             # last.ckpt in on_train_end, into ./checkpoints (a smoke test must leave nothing behind).
             self.trainer.checkpoint_callback.save_last = False
+        if not self.trainer.progress_bar_callback:
+            self.trainer.callbacks.append(EpochLine())
         if self.config_init["fit"].get("ckpt_path"):
             for cb in self.trainer.callbacks:
                 if isinstance(cb, RunDirConfig):

@@ -171,11 +171,11 @@ class SeqVAE(pl.LightningModule):
         return [torch.optim.SGD(m.parameters(), lr=self.hparams.lr) for m in groups]
 
     def configure_callbacks(self):
-        return [ExactResume(), FitClock()]
+        have = {type(c) for c in self.trainer.callbacks}  # fit's own test: already attached
+        return [c for c in (ExactResume(), FitClock()) if type(c) not in have]
 
     def _optimizers(self) -> list:
-        opts = self.optimizers()
-        return opts if isinstance(opts, list) else [opts]
+        return opts if isinstance(opts := self.optimizers(), list) else [opts]
 
     def update_step(self, batch, kl_weight: float, stepped: torch.nn.Module | None = None, clip_joint: bool = False) -> dict:
         """One SGD update on `batch`: of the whole model, or of `stepped` only (the other
@@ -222,8 +222,8 @@ class SeqVAE(pl.LightningModule):
             self.encoder_updates += self.encoder is not None
         self.decoder_updates += 1
         self.num_updates += 1
-        self.log_dict({f"train/{k}": v for k, v in terms.items()}, batch_size=batch["tokens"].size(0))
-        self.log("train/kl_weight", weight)
+        self.log_dict({f"train/{k}": v for k, v in terms.items()}, batch_size=batch["tokens"].size(0), prog_bar=True)
+        self.log("train/kl_weight", weight, prog_bar=True)
         counts = {"encoder_updates": self.encoder_updates, "decoder_updates": self.decoder_updates}
         self.log_dict({f"train/{k}": float(v) for k, v in counts.items()})
 

@@ -206,3 +206,14 @@ def test_no_console_noise_on_test_and_predict(trained, tmp_path):
         )  # fmt: skip
         assert done.returncode == 0, done.stderr
         assert not [n for n in NOISE if n in done.stderr + done.stdout], done.stderr
+
+
+def test_one_line_per_epoch_without_a_terminal(tmp_path, capsys):
+    write_corpus(tmp_path / "c.txt", 60, 3)
+    args = ["fit", f"--data.train={tmp_path / 'c.txt'}", "--model.test_iw_samples=0", "--trainer.max_epochs=2",
+            f"--trainer.logger.init_args.save_dir={tmp_path}", *TINY]  # fmt: skip
+    status, err = run(args, capsys)
+    assert status == 0, err
+    lines = [x for x in err.splitlines() if x.startswith("seqvae: epoch ")]
+    assert [x.split()[2] for x in lines] == ["1/2", "2/2"], err
+    assert all(" val/loss " in x and " kl_weight " in x and x.endswith(" s") for x in lines)
