@@ -267,6 +267,11 @@ class SeqVAECLI(LightningCLI):
         best = self.trainer.checkpoint_callback.best_model_path or None
         self.trainer.test(m, datamodule=self.datamodule, ckpt_path="best" if best else None)
         self._write_metrics({**totals, "best_checkpoint": best})
+        log_dir = self.trainer.log_dir
+        if self.trainer.is_global_zero and log_dir is not None:
+            from .compare import write_curves  # the validation curves, for `seqvae compare --plots`
+
+            write_curves(Path(log_dir), Path(log_dir) / "curves.csv")
 
     def after_test(self):
         ckpt = self.config_init[self.subcommand].get("ckpt_path")

@@ -10,6 +10,7 @@ import json
 import math
 import os
 import statistics
+import sys
 from pathlib import Path
 
 import yaml
@@ -45,6 +46,7 @@ IGNORED = (
     "model.init_encoder_from", "periodic_checkpoint", "model.generation", "trainer.use_distributed_sampler",
     "model.aggressive.init_args.seed",  # the run's seed since it defaults to seed_everything
     "data.vocab",  # a re-test reads the vocabulary from its checkpoint: the same one
+    "verbose",  # `seqvae test`'s printing switch
 )  # fmt: skip
 
 
@@ -112,12 +114,22 @@ def find_runs(patterns: list[str], option: str | None = None) -> list[dict]:
             message = f"{option} {pattern!r}: no run directories match" if option else f"no run directories match {pattern!r}"
             raise CompareError(message)
         paths += [Path(m) for m in matches if Path(m).resolve() not in {p.resolve() for p in paths}]
-    runs = []
+    runs, skipped = [], []
+    named = {Path(p).resolve() for p in patterns if os.path.isdir(p)}
     for p in paths:
+        if p.resolve() not in named and (p / "config.yaml").is_file() and not (p / "metrics.json").is_file():
+            skipped.append(p)  # a glob also matches predict runs and unfinished ones
+            continue
         try:
             runs.append(load_run(p))
         except CompareError as err:
             raise CompareError(f"{where}{err}") from None
+    if skipped:
+        names = ", ".join(str(p) for p in skipped[:3]) + (f" and {len(skipped) - 3} more" if len(skipped) > 3 else "")
+        print(f"seqvae compare: skipped {len(skipped)} directories without metrics.json (predict or unfinished runs): {names}",
+              file=sys.stderr)  # fmt: skip
+    if not runs:
+        raise CompareError(f"{where}{' '.join(patterns)}: no finished runs (no metrics.json)")
     return runs
 
 

@@ -7,6 +7,7 @@ import csv
 import io
 import json
 import math
+import shutil
 import statistics
 from pathlib import Path
 
@@ -231,7 +232,7 @@ def test_errors_are_one_line(tmp_path, runs, capsys):
     assert rc == 2 and out == ""
     assert err == f"seqvae compare: error: no run directories match '{tmp_path}/nothing/*'\n"
     (runs / "yahoo" / "max" / "seed2" / "metrics.json").unlink()
-    rc, _, err = run_compare(capsys, f"{runs}/yahoo/max/seed*")
+    rc, _, err = run_compare(capsys, runs / "yahoo" / "max" / "seed2")  # named: an error
     assert rc == 2 and err.startswith("seqvae compare: error: ") and "no metrics.json" in err
     assert err.count("\n") == 1
     with pytest.raises(SystemExit) as exit_:
@@ -650,3 +651,22 @@ def test_folds_in_paired_gap_on_the_committed_results(capsys, monkeypatch):
     assert rows["abs"][2].startswith("+3.14 ")  # the paired_gap table's "+3.14 ± 0.83"
     assert rows["aggressive"][:3] == ["1", "one run each", f"{nll('aggressive', 1) - nll('lm', 1):+.2f} (n/a)"]
     assert len(rows) == len(list(root.iterdir()))  # every method, the LM as the baseline row
+
+
+def test_a_glob_skips_predict_and_unfinished_runs_and_retests_group_with_their_run(runs, capsys):
+    (runs / "yahoo" / "max" / "seed2" / "metrics.json").unlink()  # a predict run or an unfinished fit
+    retest = runs / "yahoo" / "last" / "seed3"
+    shutil.copytree(runs / "yahoo" / "last" / "seed2", retest)
+    config = yaml.safe_load((retest / "config.yaml").read_text())
+    config.update(seed_everything=3, verbose=True, ckpt_path="x.ckpt")  # what `seqvae test` records
+    config["data"]["vocab"] = "x.ckpt"
+    (retest / "config.yaml").write_text(yaml.safe_dump(config))
+    rc, out, err = run_compare(capsys, f"{runs}/yahoo/*/seed*", "--format", "json")
+    assert rc == 0, err
+    assert "skipped 1 directories without metrics.json" in err and "max/seed2" in err
+    rows = {r["label"]: r["n"] for r in json.loads(out)["rows"]}
+    assert rows == {"pooling=last": 3, "pooling=max": 2}
+    (runs / "yahoo" / "max" / "seed1" / "metrics.json").unlink()
+    (runs / "yahoo" / "max" / "seed3" / "metrics.json").unlink()
+    rc, _, err = run_compare(capsys, f"{runs}/yahoo/max/seed*")
+    assert rc == 2 and "no finished runs" in err

@@ -216,4 +216,6 @@ def test_one_line_per_epoch_without_a_terminal(tmp_path, capsys):
     assert status == 0, err
     lines = [x for x in err.splitlines() if x.startswith("seqvae: epoch ")]
     assert [x.split()[2] for x in lines] == ["1/2", "2/2"], err
+    curves = (tmp_path / "default" / "version_0" / "curves.csv").read_text().splitlines()
+    assert len(curves) == 3 and "val/loss" in curves[0]  # every fit writes its validation curves
     assert all(" val/loss " in x and " kl_weight " in x and x.endswith(" s") for x in lines)
