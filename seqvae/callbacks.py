@@ -294,3 +294,37 @@ class EpochLine(Callback):
         of = f"/{trainer.max_epochs}" if trainer.max_epochs and trainer.max_epochs > 0 else ""
         seconds = time.monotonic() - self._start
         print(f"seqvae: epoch {trainer.current_epoch + 1}{of}  {'  '.join(parts)}  {seconds:.0f} s", file=sys.stderr)
+
+
+class TextSamples(Callback):
+    """At every validation of a fit, a TEXT entry in TensorBoard (`val/samples`): the first `n`
+    validation texts, their greedy reconstructions from the posterior means, and `n` texts
+    decoded from z ~ N(0, I). A collapsed model shows one sentence repeated. Decoding runs in
+    eval mode with its own generator (seed 0): it draws nothing from the training RNGs.
+
+    Args:
+        n: Texts of each kind (0 turns the entry off).
+        max_length: Most tokens decoded per text.
+    """
+
+    def __init__(self, n: int = 4, max_length: int = 40):
+        self.n, self.max_length = n, max_length
+
+    def on_validation_end(self, trainer, pl_module):
+        if not self.n or trainer.sanity_checking or trainer.state.fn != "fit" or not trainer.is_global_zero:
+            return
+        dm, experiment = trainer.datamodule, getattr(trainer.logger, "experiment", None)
+        if dm is None or pl_module.vocab is None or not hasattr(experiment, "add_text"):
+            return
+        texts = [" ".join(t) for t in dm.corpora["val"].texts[: self.n]] if "val" in dm.corpora else []
+        lines = [f"**epoch {trainer.current_epoch + 1}**", "", "| input | reconstruction |", "|---|---|"]
+        if texts and pl_module.encoder is not None:
+            rec = pl_module.reconstruct(texts, max_length=self.max_length)
+            lines += [f"| {_cell(a)} | {_cell(b)} |" for a, b in zip(texts, rec)]
+        lines += ["", "| from the prior |", "|---|"]
+        lines += [f"| {_cell(t)} |" for t in pl_module.sample(self.n, max_length=self.max_length, seed=0)]
+        experiment.add_text("val/samples", "\n".join(lines), global_step=trainer.global_step)
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|") or "(empty)"

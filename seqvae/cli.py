@@ -21,7 +21,7 @@ from pytorch_lightning.cli import LightningCLI, SaveConfigCallback
 from pytorch_lightning.loggers import TensorBoardLogger
 
 from .allocator import reuse_freed_memory
-from .callbacks import EpochLine, PeriodicCheckpoint, PlateauRule
+from .callbacks import EpochLine, PeriodicCheckpoint, PlateauRule, TextSamples
 from .data import CorpusError, TextDataModule, load_checkpoint
 from .model import AGGRESSIVE_DDP, ConfigError, NonFiniteError, SeqVAE
 from .provenance import provenance
@@ -64,6 +64,55 @@ def write_new_files(texts: dict[Path, str], n: int | None = None) -> dict[Path, 
 def write_new_file(path: Path, text: str) -> Path:
     """Writes `text` at `path`, or `path-2`, … if taken; never replaces a file."""
     return write_new_files({path: text})[path]
+
+
+def _described(obj) -> str:
+    """A strategy object as its class and settings: `LinearKLWarmup(start=0.1, warmup_epochs=10)`."""
+    if obj is None:
+        return "none"
+    state = obj.__getstate__() if hasattr(obj, "__getstate__") and isinstance(obj.__getstate__(), dict) else vars(obj)
+    settings = ", ".join(f"{k}={v}" for k, v in sorted(state.items()) if not k.startswith("_") and k not in ("seed", "rng"))
+    return f"{type(obj).__name__}({settings})"
+
+
+def run_hparams(model, seed) -> dict:
+    """What a run is, flattened to readable names and plain values for TensorBoard's HPARAMS tab."""
+    h = model.hparams
+    return {
+        "pooling": h.pooling if h.latent_dim else "none (LM)",
+        "kl_schedule": _described(model.kl_schedule),
+        "kl_penalty": _described(model.kl_penalty),
+        "regularizers": " + ".join(_described(r) for r in model.regularizers) or "none",
+        "aggressive": _described(model.aggressive) if model.aggressive is not None else "off",
+        "word_dropout": float(h.word_dropout),
+        "skip": bool(h.skip),
+        "bn_gamma": float(h.bn_gamma) if h.bn_gamma is not None else 0.0,
+        "init": h.init,
+        "embed_dim": int(h.embed_dim),
+        "hidden_dim": int(h.hidden_dim),
+        "latent_dim": int(h.latent_dim),
+        "lr": float(h.lr),
+        "seed": int(seed) if isinstance(seed, int) else -1,
+    }
+
+
+HPARAM_METRICS = ("test/iw_nll", "test/loss", "test/kl", "test/mi", "test/mi_dataset", "test/au", "test/feature_cos")
+
+
+def log_hparams(logger, params: dict, metrics: dict) -> None:
+    """Writes the hparams plugin's records into the run's TensorBoard events: its settings, and
+    which test scalars (already in the events) are its metrics. Directly, not through
+    `logger.log_hyperparams`, which would also rewrite hparams.yaml with these names."""
+    from torch.utils.tensorboard.summary import hparams
+
+    experiment = getattr(logger, "experiment", None)
+    if experiment is None or not hasattr(experiment, "_get_file_writer"):
+        return
+    shown = {k: metrics[k] for k in HPARAM_METRICS if k in metrics}
+    writer = experiment._get_file_writer()
+    for summary in hparams(params, shown):
+        writer.add_summary(summary)
+    experiment.flush()
 
 
 def per_text_csv(rows: dict, line_numbers: list[int]) -> str:
@@ -164,6 +213,7 @@ class SeqVAECLI(LightningCLI):
         )
         parser.add_lightning_class_args(PlateauRule, "plateau")
         parser.add_lightning_class_args(PeriodicCheckpoint, "periodic_checkpoint")
+        parser.add_lightning_class_args(TextSamples, "text_samples")
 
     def parse_arguments(self, parser, args):
         self._command_line = list(args) if isinstance(args, (list, tuple)) else sys.argv[1:] if args is None else []
@@ -322,6 +372,7 @@ class SeqVAECLI(LightningCLI):
             files[run_dir / "per_text.csv"] = per_text_csv(rows, self.datamodule.corpora["test"].line_numbers)
         files[run_dir / "metrics.json"] = json.dumps(metrics, indent=2, sort_keys=True) + "\n"
         path = write_new_files(files, n)[run_dir / "metrics.json"]
+        log_hparams(self.trainer.logger, run_hparams(m, cfg.get("seed_everything")), metrics)
         width = max(len(k) for k in metrics)
         print(f"seqvae: wrote {path}")
         for k, v in sorted(metrics.items()):

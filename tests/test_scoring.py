@@ -219,3 +219,40 @@ def test_one_line_per_epoch_without_a_terminal(tmp_path, capsys):
     curves = (tmp_path / "default" / "version_0" / "curves.csv").read_text().splitlines()
     assert len(curves) == 3 and "val/loss" in curves[0]  # every fit writes its validation curves
     assert all(" val/loss " in x and " kl_weight " in x and x.endswith(" s") for x in lines)
+
+
+def _has(acc, plugin: str) -> bool:
+    try:
+        return bool(acc.PluginTagToContent(plugin))
+    except KeyError:  # no record of that plugin in this event file
+        return False
+
+
+def test_tensorboard_holds_hparams_with_test_metrics_and_text_samples(trained):
+    """Read back with TensorBoard's own loader: the HPARAMS tab's records (settings, the test
+    scalars named as metrics) and, per validation, the TEXT entry with inputs, reconstructions
+    and prior samples."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from tensorboard.plugins.hparams import plugin_data_pb2
+
+    _, run_dir = trained
+    hparams, texts, scalars = {}, [], set()
+    for events in sorted(run_dir.glob("events.out.tfevents.*")):
+        acc = EventAccumulator(str(events), size_guidance={"tensors": 0, "scalars": 0})
+        acc.Reload()
+        scalars |= set(acc.Tags()["scalars"])
+        plugins = acc.PluginTagToContent("hparams") if _has(acc, "hparams") else {}
+        for tag, content in plugins.items():
+            hparams[tag] = plugin_data_pb2.HParamsPluginData.FromString(content)
+        texts += [t.tensor_proto.string_val[0].decode() for tag in acc.Tags()["tensors"] if tag.startswith("val/samples")
+                  for t in acc.Tensors(tag)]  # fmt: skip
+    start = next(d.session_start_info for d in hparams.values() if d.HasField("session_start_info"))
+    settings = {k: v.string_value or v.number_value for k, v in start.hparams.items()}
+    assert settings["pooling"] == "max" and settings["latent_dim"] == 4 and settings["seed"] == 1
+    assert settings["kl_schedule"] == "LinearKLWarmup(start=0.1, warmup_epochs=10.0)" and settings["aggressive"] == "off"
+    experiment = next(d.experiment for d in hparams.values() if d.HasField("experiment"))
+    named = {m.name.tag for m in experiment.metric_infos}
+    assert {"test/iw_nll", "test/kl", "test/mi", "test/au"} <= named and named <= scalars  # metrics the tab can look up
+    assert len(texts) == 1  # one validation epoch
+    assert "| input | reconstruction |" in texts[0] and "from the prior" in texts[0]
+    assert texts[0].count("\n| ") >= 8  # 4 inputs with their reconstructions, 4 prior samples
