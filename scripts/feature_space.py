@@ -28,8 +28,9 @@ import yaml
 
 from seqvae import SeqVAE
 from seqvae.data import read_corpus
+from seqvae.grid import GridError, grid_cells
 from seqvae.losses import mean_pairwise_cosine
-from seqvae.sweep import GridError, grid_cells, run_grid
+from seqvae.sweep import run_grid
 
 DATASETS = {
     "demo": {"configs": ["configs/demo.yaml"], "epochs": 5},

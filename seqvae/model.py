@@ -121,8 +121,8 @@ class SeqVAE(pl.LightningModule):
         if latent_dim:
             self.encoder = LSTMEncoder(vocab_size, embed_dim, hidden_dim, latent_dim, pooling, bn_gamma, bn_eps, init)
         self.decoder = LSTMDecoder(vocab_size, embed_dim, hidden_dim, latent_dim, dropout_in, dropout_out, skip, init)
-        self.val_metrics = EvalMetrics(latent_dim, hidden_dim, mi_dataset)
-        self.test_metrics = EvalMetrics(latent_dim, hidden_dim, mi_dataset, per_text=True)  # per_text.csv
+        self.val_metrics = EvalMetrics(latent_dim, hidden_dim, mi_dataset, seed=eval_seed)
+        self.test_metrics = EvalMetrics(latent_dim, hidden_dim, mi_dataset, eval_seed, per_text=True)  # per_text.csv
         self.num_updates = 0  # training batches consumed (outer iterations); drives the KL schedule
         self.encoder_updates = self.decoder_updates = 0  # optimiser steps (encoder > num_updates when aggressive)
         self.fit_seconds = 0.0  # training wall time, accumulated across resumes (FitClock)

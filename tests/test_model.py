@@ -3,6 +3,7 @@ the plateau rule, and the IW-NLL invariants at model level."""
 
 from __future__ import annotations
 
+import math
 import random
 from types import SimpleNamespace
 
@@ -34,6 +35,15 @@ def tiny_model(vocab_size, **kw):
     args = dict(embed_dim=8, hidden_dim=12, latent_dim=4, val_iw_samples=0, test_iw_samples=5)
     args.update(kw)
     return SeqVAE(vocab_size, **args)
+
+
+def batches_of(model, texts, batch_size):
+    """The texts' `<s> … </s>` id batches, in input order (what the scoring API feeds the model)."""
+    from seqvae.data import collate
+
+    ids = model.vocab.encode([t.split() for t in texts])
+    for s in range(0, len(ids), batch_size):
+        yield collate([torch.tensor(x) for x in ids[s : s + batch_size]])
 
 
 def datamodule(root, **kw):
@@ -110,11 +120,11 @@ def test_padded_equals_unpadded(corpus):
         mu1, logvar1 = model.encode([val[i]])
         torch.testing.assert_close(mu[i : i + 1], mu1)
         torch.testing.assert_close(logvar[i : i + 1], logvar1)
-    batch = next(model._batches(val[:16], 16))
+    batch = next(batches_of(model, val[:16], 16))
     z = mu[:16].unsqueeze(1)
     ll = model.decoder.log_likelihood(batch["tokens"], batch["lengths"], z)
     for i in range(16):
-        alone = next(model._batches([val[i]], 1))
+        alone = next(batches_of(model, [val[i]], 1))
         torch.testing.assert_close(ll[i], model.decoder.log_likelihood(alone["tokens"], alone["lengths"], z[i : i + 1])[0])
 
 
@@ -414,3 +424,217 @@ def test_interpolation_ends_decode_the_posterior_means(corpus):
         ends = [model.vocab.decode(row.tolist()) for row in ids]
         assert len(path) == 4 and [path[0], path[-1]] == ends
     assert len(set(model.interpolate(val[2], val[3], steps=9, max_length=9))) > 1  # the path moves
+
+
+# ---------------------------------------------------------------- word dropout
+def dropout_tokens():
+    """Three texts `<s> … </s>` with pads; row 2 already holds an unknown word (3)."""
+    from seqvae.data import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+
+    tokens = torch.tensor(
+        [
+            [BOS_ID, 5, 6, 7, 8, EOS_ID],
+            [BOS_ID, 9, EOS_ID, PAD_ID, PAD_ID, PAD_ID],
+            [BOS_ID, UNK_ID, 10, 11, EOS_ID, PAD_ID],
+        ]
+    )
+    return tokens, torch.tensor([6, 3, 5])
+
+
+def test_word_dropout_one_replaces_every_word_but_never_bos_nor_pad():
+    from seqvae.data import BOS_ID, PAD_ID, UNK_ID
+
+    tokens, lengths = dropout_tokens()
+    model = tiny_model(20, word_dropout=1.0).train()  # rand < 1 always: every candidate is dropped
+    inputs = model.decoder_inputs(tokens)
+    assert inputs.shape == (3, 5)  # tokens[:, :-1]: the decoder never reads the last position
+    real = torch.arange(5) < (lengths - 1).unsqueeze(1)  # the n+1 inputs `<s> w1 … wn` of each text
+    assert torch.all(inputs[:, 0] == BOS_ID)
+    assert torch.all(inputs[:, 1:][real[:, 1:]] == UNK_ID)
+    pads = tokens[:, :-1] == PAD_ID
+    assert int(pads.sum()) == 2 and torch.all(inputs[pads] == PAD_ID)
+    assert inputs[1].tolist()[:2] == [BOS_ID, UNK_ID] and inputs[1].tolist()[3:] == [PAD_ID, PAD_ID]
+
+
+@pytest.mark.parametrize("p", [0.3, 0.8])
+def test_word_dropout_replaces_exactly_the_positions_its_seeded_draw_picks(p):
+    """One U(0,1) draw per input position from the global RNG; a position is replaced by unk
+    iff its draw < p, it is not the first (`<s>`) and not padding."""
+    from seqvae.data import BOS_ID, PAD_ID, UNK_ID
+
+    g = torch.Generator().manual_seed(1)
+    lengths = torch.randint(3, 12, (16,), generator=g)
+    tokens = torch.full((16, int(lengths.max())), PAD_ID)
+    for i, n in enumerate(lengths.tolist()):
+        tokens[i, :n] = torch.randint(4, 20, (n,), generator=g)
+        tokens[i, 0] = BOS_ID
+    model = tiny_model(20, word_dropout=p).train()
+    torch.manual_seed(7)
+    inputs = model.decoder_inputs(tokens)
+    torch.manual_seed(7)
+    draws = torch.rand(tokens[:, :-1].shape)
+    original = tokens[:, :-1]
+    position = torch.arange(original.size(1)).expand_as(original)
+    replaced = (draws < p) & (position > 0) & (original != PAD_ID)
+    assert replaced.any() and (~replaced & (original != PAD_ID) & (position > 0)).any()
+    torch.testing.assert_close(inputs, torch.where(replaced, torch.full_like(original, UNK_ID), original), rtol=0, atol=0)
+    assert torch.all(inputs[:, 0] == BOS_ID)
+
+
+def test_word_dropout_rate_is_p():
+    from seqvae.data import BOS_ID, UNK_ID
+
+    p = 0.25
+    tokens = torch.randint(4, 50, (400, 30), generator=torch.Generator().manual_seed(0))
+    tokens[:, 0] = BOS_ID
+    model = tiny_model(50, word_dropout=p).train()
+    torch.manual_seed(0)
+    inputs = model.decoder_inputs(tokens)
+    rate = (inputs[:, 1:] == UNK_ID).double().mean().item()  # 400 · 28 candidates
+    sd = (p * (1 - p) / (400 * 28)) ** 0.5
+    assert abs(rate - p) < 4 * sd, (rate, p)
+    assert torch.all(inputs[:, 0] == BOS_ID)
+
+
+def test_word_dropout_off_at_p_zero_and_in_eval_mode():
+    tokens, _ = dropout_tokens()
+    torch.manual_seed(0)
+    assert torch.equal(tiny_model(20, word_dropout=0.0).train().decoder_inputs(tokens), tokens[:, :-1])
+    assert torch.equal(tiny_model(20, word_dropout=0.9).eval().decoder_inputs(tokens), tokens[:, :-1])
+
+
+def test_training_loss_reads_the_dropped_inputs():
+    """rec of `loss_terms` is the decoder's NLL given the word-dropped inputs (targets intact)."""
+    from seqvae.metrics import sample_posterior
+
+    tokens, lengths = dropout_tokens()
+    batch = {"tokens": tokens, "lengths": lengths}
+    torch.manual_seed(0)
+    model = tiny_model(20, word_dropout=0.5, dropout_in=0.0, dropout_out=0.0).train()
+    with torch.no_grad():
+        model.decoder.out.weight.normal_(0, 1.0)
+        model.decoder.embed.weight.normal_(0, 1.0)  # unk reads differently from the word it replaces
+        torch.manual_seed(3)
+        rec = model.loss_terms(batch, 1.0)["rec"]
+        torch.manual_seed(3)  # the same draws, in the same order: word dropout, then z
+        inputs = model.decoder_inputs(tokens)
+        mu, logvar, _ = model.encoder(tokens, lengths)
+        z = sample_posterior(mu, logvar, 1)
+        expected = -model.decoder.log_likelihood(tokens, lengths, z, inputs)[:, 0].mean()
+        undropped = -model.decoder.log_likelihood(tokens, lengths, z)[:, 0].mean()
+    assert not torch.equal(inputs, tokens[:, :-1])
+    torch.testing.assert_close(rec, expected)
+    assert abs(float(rec - undropped)) > 1e-3
+
+
+# ---------------------------------------------------------------- perplexity denominators
+@pytest.mark.parametrize("latent_dim", [4, 0])
+def test_perplexities_are_per_predicted_token(corpus, tmp_path, latent_dim):
+    """elbo_ppl = exp(Σ -ELBO / P) and iw_ppl = exp(Σ IW-NLL / P), P = Σ (words + 1): every
+    word and `</s>` is predicted, `<s>` never is. Counted here from the raw text lines."""
+    root, val = corpus
+    test = (root / "test.txt").read_text().splitlines()
+    dm = datamodule(root)
+    pl.seed_everything(0)
+    model = tiny_model(dm.vocab_size, latent_dim=latent_dim, val_iw_samples=2, test_iw_samples=3)
+    t = trainer(tmp_path)
+    for stage, lines, m in (
+        ("test", test, t.test(model, dm, verbose=False)[0]),
+        ("val", val, t.validate(model, dm, verbose=False)[0]),
+    ):
+        per_token = len(lines) / sum(len(line.split()) + 1 for line in lines)
+        assert m[f"{stage}/elbo_ppl"] == pytest.approx(math.exp(m[f"{stage}/loss"] * per_token), rel=1e-4)
+        assert m[f"{stage}/iw_ppl"] == pytest.approx(math.exp(m[f"{stage}/iw_nll"] * per_token), rel=1e-4)
+
+
+# ---------------------------------------------------------------- IW-NLL, exact values at model level
+def z_blind(model):
+    """The decoder ignores z (no z in c0, z's input columns zero) and q(z|x) = N(0, I) = p(z)."""
+    e = model.hparams.embed_dim
+    with torch.no_grad():
+        model.encoder.to_posterior.weight.zero_()
+        model.decoder.z_to_c0.weight.zero_()
+        model.decoder.lstm.weight_ih_l0[:, e:] = 0.0
+        model.decoder.out.weight.normal_(0, 1.0)  # a non-uniform decoder
+    return model
+
+
+def test_iw_nll_at_model_level_is_the_exact_nll_when_every_weight_is_p_x(corpus):
+    """Every importance weight is then p(x): IW-NLL must be -log p(x) for every K (the average
+    of K equal weights is that weight; without the -log K it would be off by log K)."""
+    root, val = corpus
+    dm = datamodule(root)
+    torch.manual_seed(0)
+    model = z_blind(tiny_model(dm.vocab_size))
+    model.vocab = dm.vocab
+    exact = []
+    with torch.no_grad():
+        model.eval()
+        for b in batches_of(model, val, 64):
+            zeros = torch.zeros(b["tokens"].size(0), 1, 4)
+            exact.append(-model.decoder.log_likelihood(b["tokens"], b["lengths"], zeros)[:, 0])
+    exact = torch.cat(exact)
+    assert exact.min() > 5  # nats: non-trivial values
+    for k in (1, 2, 7, 40):
+        torch.testing.assert_close(model.iw_nll(val, n_samples=k), exact, rtol=1e-5, atol=1e-4)
+    torch.testing.assert_close(model.elbo(val), exact, rtol=1e-5, atol=1e-4)  # KL = 0 here
+
+
+def test_iw_nll_at_model_level_equals_log_mean_exp_of_independent_weights(corpus):
+    """Same global-RNG noise (all K·B·Z values per batch drawn at once): the weights log p(x|z)
+    + log p(z) - log q(z|x) recomputed with torch.distributions, averaged in float64. K = 1 is
+    the one-sample -ELBO with a sampled KL."""
+    from torch.distributions import Normal
+
+    root, val = corpus
+    dm = datamodule(root)
+    torch.manual_seed(0)
+    model = tiny_model(dm.vocab_size).eval()
+    model.vocab = dm.vocab
+    with torch.no_grad():
+        model.encoder.to_posterior.weight.normal_(0, 0.5)
+        model.decoder.z_to_c0.weight.normal_(0, 2.0)
+        model.decoder.out.weight.normal_(0, 1.0)
+    for k in (1, 6):
+        torch.manual_seed(11)
+        got = model.iw_nll(val, n_samples=k, batch_size=8)
+        torch.manual_seed(11)
+        expected = []
+        with torch.no_grad():
+            for b in batches_of(model, val, 8):
+                mu, logvar, _ = model.encoder(b["tokens"], b["lengths"])
+                sd = (0.5 * logvar).exp()
+                z = mu.unsqueeze(1) + sd.unsqueeze(1) * torch.randn(mu.size(0), k, mu.size(1))
+                log_w = (
+                    model.decoder.log_likelihood(b["tokens"], b["lengths"], z)
+                    + Normal(0.0, 1.0).log_prob(z).sum(-1)
+                    - Normal(mu.unsqueeze(1), sd.unsqueeze(1)).log_prob(z).sum(-1)
+                ).double()
+                top = log_w.max(1).values
+                expected.append(-(top + ((log_w - top.unsqueeze(1)).exp().mean(1)).log()))
+        expected = torch.cat(expected).float()
+        torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("k", [1, 7])
+def test_evaluation_iw_nll_is_the_exact_nll_when_every_weight_is_p_x(corpus, tmp_path, k):
+    """The evaluation loop's IW-NLL (test/iw_nll) on the same constructed model: the mean exact
+    NLL of the test texts, equal to test/loss (rec is exact and KL = 0 there), its Monte-Carlo
+    standard error 0 (all K weights equal)."""
+    root, _ = corpus
+    test = (root / "test.txt").read_text().splitlines()
+    dm = datamodule(root)
+    torch.manual_seed(0)
+    model = z_blind(tiny_model(dm.vocab_size, test_iw_samples=k))
+    model.vocab = dm.vocab
+    with torch.no_grad():
+        model.eval()
+        exact = torch.cat(
+            [-model.decoder.log_likelihood(b["tokens"], b["lengths"], torch.zeros(len(b["lengths"]), 1, 4))[:, 0]
+             for b in batches_of(model, test, 64)]
+        )  # fmt: skip
+    m = trainer(tmp_path).test(model, dm, verbose=False)[0]
+    assert m["test/iw_nll"] == pytest.approx(float(exact.mean()), rel=1e-5)
+    assert m["test/loss"] == pytest.approx(float(exact.mean()), rel=1e-5)
+    if k > 1:
+        assert m["test/iw_nll_se"] == pytest.approx(0.0, abs=1e-5)

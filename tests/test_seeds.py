@@ -54,3 +54,21 @@ def test_same_seed_same_draws(seed):
     a = AggressiveTraining().rng.random()
     pl.seed_everything(seed)
     assert AggressiveTraining().rng.random() == a
+
+
+def test_eval_seed_reaches_the_dataset_mi():
+    """`model.eval_seed` seeds all evaluation noise: the dataset MI's z draws too."""
+    import torch
+
+    from seqvae import SeqVAE
+
+    mu, logvar = torch.randn(40, 3), torch.randn(40, 3) * 0.1 - 1
+    values = []
+    for seed in (0, 0, 5):
+        model = SeqVAE(vocab_size=12, embed_dim=4, hidden_dim=6, latent_dim=3, eval_seed=seed)
+        for m in (model.val_metrics, model.test_metrics):
+            assert m.seed == seed
+        m = model.val_metrics
+        m.update(torch.zeros(40), torch.zeros(40), torch.ones(40), mu, logvar, torch.randn(40, 6), index=torch.arange(40))
+        values.append(float(m.compute()["mi_dataset"]))
+    assert values[0] == values[1] != values[2]
