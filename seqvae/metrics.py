@@ -60,24 +60,101 @@ def iw_nll(
     return -(torch.logsumexp(log_w, dim=1) - math.log(n_samples))
 
 
-def mutual_information(
-    mu: torch.Tensor, logvar: torch.Tensor, generator=None, samples: int = 1, chunk: int = 1024
+def iw_nll_standard_error(log_w: torch.Tensor) -> torch.Tensor:
+    """Monte-Carlo standard error of the IW-NLL estimate -log((1/K) Σ_k w_k) from its own K
+    weights, by the delta method: sd(w) / (√K · mean(w)), sd with divisor K-1. log_w (B, K)
+    -> (B,). Computed on w / max_k w (the ratio does not change), so no weight overflows; NaN
+    for K = 1 (no spread to estimate)."""
+    w = (log_w - log_w.max(dim=1, keepdim=True).values).exp()
+    return w.std(dim=1) / (math.sqrt(log_w.size(1)) * w.mean(dim=1))
+
+
+# Memory budget of one block of log densities in the dataset MI: (rows of z) x M elements.
+MI_MAX_ELEMENTS = 2**20
+# The expanded exponent Σ z²/σ² - 2 z·μ/σ² + μ²/σ² loses precision to cancellation when its
+# terms are large (sharp posteriors far from the centre); an entry that counts in the logsumexp
+# and whose rounding bound could exceed this (nats) is recomputed from (z - μ)².
+_EXPANSION_TOL = 1e-10
+_LOGSUMEXP_MARGIN = 50.0  # entries further below a row's maximum weigh < M·e^-50 in it
+
+
+def log_aggregate_posterior(
+    z: torch.Tensor, mu: torch.Tensor, logvar: torch.Tensor, max_elements: int = MI_MAX_ELEMENTS
 ) -> torch.Tensor:
+    """log q(z_i) = logsumexp_j log N(z_i; mu_j, σ_j²) - log M for each row of z (N, Z), with q
+    the mixture of the M posteriors (mu, logvar (M, Z)): (N,). Rows of z go max_elements // M at
+    a time, so every temporary is a (rows, M) block (or ≤ max_elements elements), whatever M.
+    The log densities come from matrix products (the Gaussian exponent expanded), O(N·M·Z) flops;
+    the entries that count and could carry a rounding error above 1e-10 nats are recomputed
+    from (z - μ)² as `log_normal` does, so the result is that of the direct formula."""
+    m, nz = mu.shape
+    n = z.size(0)
+    centre = mu.mean(0)  # shifting z and μ together changes no difference and cuts cancellation
+    mu_c, z_c = mu - centre, z - centre
+    prec = (-logvar).exp()
+    a = mu_c * prec
+    mu_term = (mu_c * a).sum(-1)  # Σ μ²/σ², (M,)
+    const = logvar.sum(-1) + nz * LOG_2PI
+    # |rounding| of the expanded exponent ≤ (Z + 4)·eps·Σ|terms|/2 in nats, and |2zμ| ≤ z² + μ²
+    round_scale = (nz + 4) * torch.finfo(z.dtype).eps
+    rows = max(1, min(n, max_elements // m))
+    step = max(1, max_elements // nz)
+    # The blocks are allocated once and reused: fresh ~8 MB blocks per iteration, fenced in by
+    # the small tensors each one leaves, grew glibc's heap by one block per iteration (10,000
+    # texts: 7.7 GB with glibc's default thresholds).
+    like = dict(dtype=z.dtype, device=z.device)
+    quad_buf, logp_buf = torch.empty(rows, m, **like), torch.empty(rows, m, **like)
+    counts_buf, loose_buf = (torch.empty(rows, m, dtype=torch.bool, device=z.device) for _ in range(2))
+    log_qz = torch.empty(n, **like)
+    for s in range(0, n, rows):
+        r = min(rows, n - s)
+        zb, quad, logp, counts, loose = z_c[s : s + r], quad_buf[:r], logp_buf[:r], counts_buf[:r], loose_buf[:r]
+        torch.matmul(zb * zb, prec.T, out=quad)  # Σ z²/σ², (r, M)
+        torch.matmul(zb, a.T, out=logp)
+        logp.mul_(-2).add_(quad).add_(mu_term).add_(const).mul_(-0.5)
+        bound = quad.add_(mu_term).mul_(round_scale)
+        floor = logp.max(1, keepdim=True).values - _LOGSUMEXP_MARGIN
+        torch.gt(bound, _EXPANSION_TOL, out=loose)
+        torch.ge(bound.add_(logp), floor, out=counts)  # bound is not needed after this
+        i, j = counts.logical_and_(loose).nonzero(as_tuple=True)
+        for t in range(0, i.numel(), step):
+            ii, jj = i[t : t + step], j[t : t + step]
+            lv = logvar[jj]
+            logp[ii, jj] = -0.5 * ((z[s + ii] - mu[jj]) ** 2 / lv.exp() + lv + LOG_2PI).sum(-1)
+        # logsumexp over the row, in place (torch.logsumexp would allocate an (r, M) temporary)
+        top = logp.max(1, keepdim=True).values
+        log_qz[s : s + r] = logp.sub_(top).exp_().sum(1).log_().add_(top[:, 0])
+    return log_qz - math.log(m)
+
+
+def mutual_information(
+    mu: torch.Tensor,
+    logvar: torch.Tensor,
+    generator=None,
+    samples: int = 1,
+    max_elements: int = MI_MAX_ELEMENTS,
+    return_se: bool = False,
+):
     """I(x; z) = E[-H(q(z|x))] - E[log q(z)] with the aggregate posterior q(z) the mixture of the
     M posteriors given (He et al.'s estimator; the pool is whatever rows are passed), from
     `samples` z per posterior (He et al.: 1). Bounded above by log M. More samples leave the
-    expectation unchanged and cut the Monte-Carlo noise of the second term by √samples."""
+    expectation unchanged and cut the Monte-Carlo noise of the second term by √samples.
+    Memory: (rows, M) blocks of at most max_elements (`log_aggregate_posterior`).
+
+    With return_se, returns (MI, se): se = sd / √(M·S) of the M·S values log q(z) (divisor
+    M·S - 1), the Monte-Carlo standard error of the second term (the first is exact) treating
+    the values as i.i.d. Given the pool they are independent but not identically distributed
+    (each z comes from its own posterior), so this sd also holds the spread between texts of
+    E[log q(z) | x]: in expectation it is at least the noise that another draw of z would show
+    (conservative; about equal when that spread is small)."""
     m, nz = mu.shape
     neg_entropy = (-0.5 * nz * LOG_2PI - 0.5 * (1 + logvar).sum(-1)).mean()
     z = sample_posterior(mu, logvar, samples, generator).reshape(m * samples, nz)  # (M·S, Z)
-    log_qz = torch.cat(
-        # log q(z_i) = logsumexp_j log N(z_i; mu_j, σ_j²) - log M; rows of z in chunks, O(M²SZ).
-        [
-            torch.logsumexp(log_normal(z[s : s + chunk].unsqueeze(0).expand(m, -1, -1), mu, logvar), dim=0)
-            for s in range(0, m * samples, chunk)
-        ]
-    ) - math.log(m)
-    return neg_entropy - log_qz.mean()
+    log_qz = log_aggregate_posterior(z, mu, logvar, max_elements)
+    mi = neg_entropy - log_qz.mean()
+    if return_se:
+        return mi, log_qz.std() / math.sqrt(log_qz.numel())
+    return mi
 
 
 def active_units(mu_sum: torch.Tensor, mu_sq_sum: torch.Tensor, n: int, threshold: float = 0.01) -> torch.Tensor:
@@ -148,15 +225,25 @@ class EvalMetrics(Metric):
     The spectrum of the encoder features and of the posterior means (`feature_ev1`, `_ev3`,
     `_erank`, and `mu_…`: EV_k for each k in `ev_ks`, effective rank) comes from their sums and
     sums of outer products: deterministic, no noise drawn.
+
+    Monte-Carlo standard errors: `iw_nll_se`, of the mean IW-NLL, sqrt(Σ se_i²) / N over the N
+    texts given a finite `iw_se` (`iw_nll_standard_error`), present once any update passed
+    iw_se; `mi_dataset_se` with `mi_dataset` (see `mutual_information`). With per_text=True,
+    every update's texts are kept as rows (`per_text_rows`); `index` is then required.
     """
 
     full_state_update = False
 
-    def __init__(self, latent_dim: int, feature_dim: int, mi_dataset: bool = True, seed: int = 0, ev_ks=(1, 3)):
+    PER_TEXT = ("index", "neg_elbo", "kl", "iw_nll", "iw_se", "tokens")
+
+    def __init__(
+        self, latent_dim: int, feature_dim: int, mi_dataset: bool = True, seed: int = 0, ev_ks=(1, 3), per_text: bool = False
+    ):
         super().__init__()
         self.latent_dim, self.with_mi_dataset, self.seed, self.ev_ks = latent_dim, mi_dataset, seed, tuple(ev_ks)
+        self.per_text = per_text
         f64 = dict(dtype=torch.float64)
-        for name in ("n", "tokens", "rec", "kl", "iw_n", "iw", "mi"):
+        for name in ("n", "tokens", "rec", "kl", "iw_n", "iw", "mi", "iw_se_given", "iw_se_n", "iw_se_sq"):
             self.add_state(name, torch.zeros((), **f64), dist_reduce_fx="sum")
         self.add_state("mu_sum", torch.zeros(latent_dim, **f64), dist_reduce_fx="sum")
         self.add_state("mu_sq_sum", torch.zeros(latent_dim, **f64), dist_reduce_fx="sum")
@@ -167,8 +254,13 @@ class EvalMetrics(Metric):
         if mi_dataset:
             self.add_state("mus", [], dist_reduce_fx="cat")
             self.add_state("logvars", [], dist_reduce_fx="cat")
+        if per_text:  # "cat" states: a DDP run gathers every rank's rows
+            for name in self.PER_TEXT:
+                self.add_state(f"text_{name}", [], dist_reduce_fx="cat")
 
-    def update(self, rec, kl, n_tokens, mu=None, logvar=None, features=None, iw_nll=None, mi_generator=None) -> None:
+    def update(
+        self, rec, kl, n_tokens, mu=None, logvar=None, features=None, iw_nll=None, mi_generator=None, index=None, iw_se=None
+    ) -> None:
         b = rec.numel()
         self.n += b
         self.tokens += n_tokens.sum()
@@ -177,6 +269,22 @@ class EvalMetrics(Metric):
         if iw_nll is not None:
             self.iw_n += b
             self.iw += iw_nll.sum()
+        if iw_se is not None:
+            se = iw_se.double()
+            finite = torch.isfinite(se)  # K = 1 gives NaN: no spread to estimate from
+            self.iw_se_given += b
+            self.iw_se_n += finite.sum()
+            self.iw_se_sq += se[finite].pow(2).sum()
+        if self.per_text:
+            if index is None:
+                raise ValueError("EvalMetrics(per_text=True).update needs index (the texts' dataset positions)")
+            nan = torch.full((b,), float("nan"), dtype=torch.float64, device=rec.device)
+            self.text_index.append(index.detach().long().reshape(b))
+            self.text_neg_elbo.append(rec.detach().double() + kl.detach().double())
+            self.text_kl.append(kl.detach().double())
+            self.text_iw_nll.append(nan if iw_nll is None else iw_nll.detach().double())
+            self.text_iw_se.append(nan if iw_se is None else iw_se.detach().double())
+            self.text_tokens.append(n_tokens.detach().long())
         if mu is None:
             return
         mu64 = mu.double()
@@ -203,6 +311,9 @@ class EvalMetrics(Metric):
         if self.iw_n > 0:
             out["iw_nll"] = self.iw / self.iw_n
             out["iw_ppl"] = torch.exp(self.iw / self.tokens) if self.iw_n == n else torch.tensor(float("nan"))
+        if self.iw_se_given > 0:
+            # independent texts: Var(mean) = Σ se_i² / N²
+            out["iw_nll_se"] = self.iw_se_sq.sqrt() / self.iw_se_n  # 0/0 = NaN when no se was finite
         if self.latent_dim:
             out["mi"] = self.mi / n
             out["au"] = active_units(self.mu_sum, self.mu_sq_sum, int(n))
@@ -217,8 +328,25 @@ class EvalMetrics(Metric):
                 gen = torch.Generator(device=mus.device).manual_seed(self.seed)
                 # 10 samples per posterior: with one, the estimate on 1,000 collapsed posteriors
                 # (true MI 0) was a frozen 0.19 ± 0.13 nats; the expectation is the same.
-                out["mi_dataset"] = mutual_information(mus.double(), logvars.double(), gen, samples=MI_DATASET_SAMPLES)
+                out["mi_dataset"], out["mi_dataset_se"] = mutual_information(
+                    mus.double(), logvars.double(), gen, samples=MI_DATASET_SAMPLES, return_se=True
+                )
         return {k: v.float() for k, v in out.items()}
+
+    def per_text_rows(self) -> dict[str, torch.Tensor]:
+        """The per-text columns (per_text=True) over all updates (and all ranks under DDP),
+        sorted by index: index, neg_elbo (rec + kl, one z sample), kl, iw_nll and iw_se (NaN where
+        not given), tokens (predicted tokens). Call before reset()."""
+        if not self.per_text:
+            raise RuntimeError("EvalMetrics was built with per_text=False: no per-text rows kept")
+        with self.sync_context(dist_sync_fn=self.dist_sync_fn, should_sync=self._to_sync, should_unsync=self._should_unsync):
+            cols = {}
+            for name in self.PER_TEXT:
+                col = getattr(self, f"text_{name}")  # a list, or one tensor once synced
+                empty = torch.zeros(0, dtype=torch.long if name in ("index", "tokens") else torch.float64)
+                cols[name] = _cat(col) if len(col) else empty
+        order = torch.argsort(cols["index"], stable=True)
+        return {name: col[order] for name, col in cols.items()}
 
 
 def _cat(x):

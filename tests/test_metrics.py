@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import math
+import os
 import statistics
+import sys
 
 import pytest
 import torch
@@ -157,8 +159,51 @@ def test_iw_nll_toy_gaussian_bounds():
     assert means[-1] - exact < 0.02
 
 
+# ---------------------------------------------------------------- IW-NLL standard error
+def test_iw_nll_standard_error_equals_numpy():
+    import numpy as np
+
+    from seqvae.metrics import iw_nll_standard_error
+
+    log_w = torch.randn(4, 7, generator=gen(70), dtype=F64) * torch.tensor([[0.1], [1.0], [3.0], [6.0]], dtype=F64)
+    w = np.exp(log_w.numpy())
+    expected = w.std(axis=1, ddof=1) / (math.sqrt(7) * w.mean(axis=1))
+    got = iw_nll_standard_error(log_w)
+    assert got.shape == (4,)
+    np.testing.assert_allclose(got.numpy(), expected, rtol=1e-12)
+    # a common factor of the weights (here e^±800: exp alone overflows or underflows) changes nothing
+    for shift in (-800.0, 800.0):
+        np.testing.assert_allclose(iw_nll_standard_error(log_w + shift).numpy(), expected, rtol=1e-12)
+    # two weights, w and 3w: sd = √2·w, mean = 2w -> se = √2 / (√2 · 2) = 0.5
+    two = torch.tensor([[-1234.5, -1234.5 + math.log(3.0)]], dtype=F64)
+    assert float(iw_nll_standard_error(two)) == pytest.approx(0.5, abs=1e-12)
+
+
+def test_iw_nll_standard_error_zero_for_equal_weights_nan_for_one():
+    from seqvae.metrics import iw_nll_standard_error
+
+    assert torch.equal(iw_nll_standard_error(torch.full((3, 50), -417.25, dtype=F64)), torch.zeros(3, dtype=F64))
+    assert torch.isnan(iw_nll_standard_error(torch.tensor([[-3.0], [2.0]], dtype=F64))).all()
+
+
+def test_iw_nll_standard_error_predicts_the_spread_over_draws():
+    """On the toy model, the delta-method s.e. from one draw of K = 100 weights matches the
+    standard deviation of the IW-NLL estimate over 400 independent draws."""
+    from seqvae.metrics import iw_nll_standard_error
+
+    toy = ToyGaussian(n=8, seed=3)
+    estimates, predicted = [], []
+    for s in range(400):
+        log_w = iw_log_weights(toy.log_likelihood, toy.mu, toy.logvar, 100, 100, gen(1000 + s))
+        estimates.append(-(torch.logsumexp(log_w, 1) - math.log(100)))
+        predicted.append(iw_nll_standard_error(log_w))
+    ratio = torch.stack(predicted).mean(0) / torch.stack(estimates).std(0)
+    assert ((ratio > 0.85) & (ratio < 1.15)).all(), ratio
+
+
 # ---------------------------------------------------------------- mutual information
 def brute_force_mi(mu, logvar, z):
+    """The estimator written out with torch.distributions, one z per posterior: z (M, Z)."""
     m = mu.size(0)
     total = 0.0
     for i in range(m):
@@ -170,12 +215,147 @@ def brute_force_mi(mu, logvar, z):
     return total / m
 
 
-@pytest.mark.parametrize("chunk", [1, 2, 1024])
-def test_mutual_information_brute_force(chunk):
+def numpy_log_qz(mu, logvar, z):
+    """log q(z_i) = log (1/M) Σ_j N(z_i; mu_j, σ_j²) in numpy, all (N, M, Z) at once: z (N, Z)."""
+    import numpy as np
+
+    mu, logvar, z = mu.numpy(), logvar.numpy(), z.numpy()
+    dens = -0.5 * ((z[:, None, :] - mu[None]) ** 2 / np.exp(logvar)[None] + logvar[None] + np.log(2 * np.pi)).sum(-1)
+    top = dens.max(1, keepdims=True)
+    return (top[:, 0] + np.log(np.exp(dens - top).sum(1))) - np.log(mu.shape[0])
+
+
+def numpy_mi(mu, logvar, z):
+    """MI from the M·S samples z (M·S, Z): mean analytic -H(q) minus the mean log q(z)."""
+    import numpy as np
+
+    neg_h = (-0.5 * mu.shape[1] * np.log(2 * np.pi) - 0.5 * (1 + logvar.numpy()).sum(-1)).mean()
+    return neg_h - numpy_log_qz(mu, logvar, z).mean()
+
+
+BLOCKS = [1, 2, 5, 7, 64, 2**20]  # elements per (rows x M) block: 1 row, a few rows, all rows
+
+
+@pytest.mark.parametrize("max_elements", BLOCKS)
+def test_mutual_information_brute_force(max_elements):
     mu, logvar = posterior(6, 3, 20)
     z = sample_posterior(mu, logvar, 1, gen(21))[:, 0]
-    got = mutual_information(mu, logvar, gen(21), chunk=chunk)
+    got = mutual_information(mu, logvar, gen(21), max_elements=max_elements)
     assert float(got) == pytest.approx(brute_force_mi(mu, logvar, z), abs=1e-10)
+
+
+@pytest.mark.parametrize("samples", [1, 3])
+@pytest.mark.parametrize("max_elements", BLOCKS)
+def test_mutual_information_blocks_equal_the_direct_formula(samples, max_elements):
+    mu, logvar = posterior(40, 5, 22, scale=2.0)
+    z = sample_posterior(mu, logvar, samples, gen(23)).reshape(40 * samples, 5)
+    got = mutual_information(mu, logvar, gen(23), samples=samples, max_elements=max_elements)
+    assert float(got) == pytest.approx(numpy_mi(mu, logvar, z), abs=1e-10)
+
+
+def test_mutual_information_does_not_depend_on_the_block_size():
+    mu, logvar = posterior(300, 8, 24, scale=1.5)
+    values = [float(mutual_information(mu, logvar, gen(25), samples=4, max_elements=b)) for b in (300, 1000, 4096, 2**20)]
+    assert max(values) - min(values) < 1e-12, values
+
+
+SHARP_CASES = [
+    # (scale of mu, mean logvar, offset): broad; sharp around 0; sharp and far from 0 (the
+    # expanded exponent's terms ~1e8 nats); far apart and very sharp
+    (1.0, -1.0, 0.0),
+    (2.0, -5.0, 0.0),
+    (3.0, -6.0, 40.0),
+    (30.0, -12.0, -7.0),
+]
+
+
+@pytest.mark.parametrize("case", SHARP_CASES)
+def test_log_aggregate_posterior_equals_numpy_at_any_scale(case):
+    from seqvae.metrics import log_aggregate_posterior
+
+    scale, lv, offset = case
+    mu, logvar = posterior(60, 4, 26, scale=scale)
+    mu, logvar = mu + offset, logvar + lv
+    z = sample_posterior(mu, logvar, 3, gen(27)).reshape(-1, 4)
+    expected = numpy_log_qz(mu, logvar, z)
+    for b in (1, 100, 2**20):
+        got = log_aggregate_posterior(z, mu, logvar, max_elements=b).numpy()
+        assert abs(got - expected).max() < 1e-10, (case, b, abs(got - expected).max())
+
+
+def test_log_aggregate_posterior_recomputes_the_entries_that_lose_precision(monkeypatch):
+    """Both ways of computing a log density agree with numpy on broad posteriors; on sharp ones
+    far from the centre the expanded exponent alone is off (so the recomputation is needed and is
+    what makes the default exact), and recomputing every entry that counts is exact too."""
+    from seqvae import metrics
+
+    broad, sharp = [], []
+    for case, out in ((SHARP_CASES[0], broad), (SHARP_CASES[3], sharp)):
+        scale, lv, offset = case
+        mu, logvar = posterior(60, 4, 26, scale=scale)
+        mu, logvar = mu + offset, logvar + lv
+        z = sample_posterior(mu, logvar, 3, gen(27)).reshape(-1, 4)
+        expected = numpy_log_qz(mu, logvar, z)
+        for tol in (0.0, math.inf):  # recompute every entry that counts / none
+            monkeypatch.setattr(metrics, "_EXPANSION_TOL", tol)
+            out.append(abs(metrics.log_aggregate_posterior(z, mu, logvar, max_elements=100).numpy() - expected).max())
+    assert max(broad) < 1e-10 and sharp[0] < 1e-10, (broad, sharp)
+    assert sharp[1] > 1e-9, sharp  # expansion alone: the rounding the recomputation removes
+    # A common offset (40 here) costs the expansion nothing: z and μ are centred first.
+    scale, lv, offset = SHARP_CASES[2]
+    mu, logvar = posterior(60, 4, 26, scale=scale)
+    mu, logvar = mu + offset, logvar + lv
+    z = sample_posterior(mu, logvar, 3, gen(27)).reshape(-1, 4)
+    monkeypatch.setattr(metrics, "_EXPANSION_TOL", math.inf)
+    assert abs(metrics.log_aggregate_posterior(z, mu, logvar).numpy() - numpy_log_qz(mu, logvar, z)).max() < 1e-10
+
+
+def test_log_aggregate_posterior_recomputes_every_entry_that_counts():
+    """Sharp posteriors far apart, each with a twin half a standard deviation away: every z has
+    two densities of about the same size, both with large rounding bounds; both are recomputed,
+    not only the row's maximum."""
+    from seqvae.metrics import log_aggregate_posterior
+
+    mu, logvar = posterior(30, 4, 28, scale=30.0)
+    logvar = logvar - 12.0
+    mu = torch.cat([mu, mu + 0.5 * (0.5 * logvar).exp()])
+    logvar = torch.cat([logvar, logvar])
+    z = sample_posterior(mu, logvar, 2, gen(29)).reshape(-1, 4)
+    got = log_aggregate_posterior(z, mu, logvar, max_elements=100).numpy()
+    assert abs(got - numpy_log_qz(mu, logvar, z)).max() < 1e-10
+
+
+MEMORY_PROBE = """
+import resource, sys, torch
+if sys.argv[1] == "on":
+    from seqvae.allocator import reuse_freed_memory
+    assert reuse_freed_memory()
+from seqvae.metrics import MI_DATASET_SAMPLES, mutual_information
+torch.set_num_threads(1)
+g = torch.Generator().manual_seed(0)
+m, z = 3000, 32
+mu = torch.randn(m, z, generator=g, dtype=torch.float64)
+logvar = torch.randn(m, z, generator=g, dtype=torch.float64) * 0.3 - 1
+with open("/proc/self/statm") as f:
+    before = int(f.read().split()[1]) * resource.getpagesize()
+mutual_information(mu, logvar, g, samples=MI_DATASET_SAMPLES)
+print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - before)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/statm")
+@pytest.mark.parametrize("allocator", ["glibc default", "on"])
+def test_mutual_information_memory_does_not_grow_with_the_pool(allocator):
+    """3,000 posteriors x 10 samples, 32 dimensions, as EvalMetrics computes mi_dataset: one
+    (M, 1024, Z) float64 temporary would be 786 MB; the (rows, M) blocks are 8 MB each and are
+    reused. (Fresh blocks per iteration grew the heap by 239 MiB here with glibc's default
+    thresholds, 95 MiB with reuse_freed_memory; the reused ones by 43.)"""
+    import subprocess
+
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-c", MEMORY_PROBE, allocator]
+    grew = int(subprocess.run(cmd, check=True, capture_output=True, text=True, env=env).stdout)
+    assert grew < 100 * 2**20, grew / 2**20
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
@@ -404,3 +584,175 @@ def test_spectrum_metrics_draw_no_random_numbers():
     mutual_information(data["mu"].double(), data["logvar"].double(), g2)
     assert torch.equal(g.get_state(), g2.get_state())  # … exactly as much as MI alone draws
     assert {"feature_ev2", "feature_erank", "mu_ev2", "mu_erank"} <= set(out) and "feature_ev1" not in out
+
+
+# ---------------------------------------------------------------- per-text rows and standard errors
+NAN = float("nan")
+
+
+def per_text_batches():
+    """Three updates, texts out of dataset order: IW-NLL and se; neither; IW-NLL without se.
+    Values are exact in float32."""
+    return [
+        dict(index=torch.tensor([5, 1, 3]), rec=torch.tensor([10.0, 20.0, 30.0]), kl=torch.tensor([1.0, 2.0, 0.5]),
+             n_tokens=torch.tensor([4, 5, 6]), iw_nll=torch.tensor([10.5, 21.0, 29.75]),
+             iw_se=torch.tensor([0.25, 0.5, NAN])),
+        dict(index=torch.tensor([0, 4]), rec=torch.tensor([7.0, 8.0]), kl=torch.tensor([0.25, 0.75]),
+             n_tokens=torch.tensor([2, 3])),
+        dict(index=torch.tensor([2]), rec=torch.tensor([40.0]), kl=torch.tensor([0.125]), n_tokens=torch.tensor([9]),
+             iw_nll=torch.tensor([39.5])),
+    ]  # fmt: skip
+
+
+def feed(m, batches, with_posterior=True):
+    g = gen(80)
+    for b in batches:
+        n = b["rec"].numel()
+        extra = {}
+        if with_posterior:
+            extra = dict(mu=torch.randn(n, 2, generator=g), logvar=torch.randn(n, 2, generator=g) * 0.1,
+                         features=torch.randn(n, 3, generator=g), mi_generator=g)  # fmt: skip
+        m.update(**b, **extra)
+
+
+EXPECTED_ROWS = {
+    "index": [0, 1, 2, 3, 4, 5],
+    "neg_elbo": [7.25, 22.0, 40.125, 30.5, 8.75, 11.0],
+    "kl": [0.25, 2.0, 0.125, 0.5, 0.75, 1.0],
+    "iw_nll": [NAN, 21.0, 39.5, 29.75, NAN, 10.5],
+    "iw_se": [NAN, 0.5, NAN, NAN, NAN, 0.25],
+    "tokens": [2, 5, 9, 6, 3, 4],
+}
+
+
+def assert_rows(rows):
+    assert list(rows) == list(EXPECTED_ROWS)
+    for key, values in EXPECTED_ROWS.items():
+        dtype = torch.long if key in ("index", "tokens") else F64
+        assert rows[key].dtype == dtype, key
+        torch.testing.assert_close(rows[key], torch.tensor(values, dtype=dtype), rtol=0, atol=0, equal_nan=True, msg=key)
+
+
+@pytest.mark.parametrize("with_posterior", [True, False])
+def test_per_text_rows_sorted_by_index_with_nan_where_not_given(with_posterior):
+    m = EvalMetrics(latent_dim=2, feature_dim=3, mi_dataset=with_posterior, per_text=True)
+    feed(m, per_text_batches(), with_posterior)
+    assert_rows(m.per_text_rows())
+    # se of the mean IW-NLL over the texts with a finite se: sqrt(0.25² + 0.5²) / 2
+    out = m.compute()
+    assert float(out["iw_nll_se"]) == pytest.approx(math.sqrt(0.25**2 + 0.5**2) / 2, abs=1e-7)
+    assert_rows(m.per_text_rows())  # compute() neither consumed nor duplicated the rows
+
+
+def test_per_text_states_cleared_by_reset_and_required_index():
+    m = EvalMetrics(latent_dim=2, feature_dim=3, mi_dataset=True, per_text=True)
+    feed(m, per_text_batches())
+    m.reset()
+    rows = m.per_text_rows()
+    assert all(v.numel() == 0 for v in rows.values()) and rows["index"].dtype == torch.long
+    b = per_text_batches()[1]
+    feed(m, [b])
+    rows = m.per_text_rows()
+    assert rows["index"].tolist() == [0, 4] and rows["tokens"].tolist() == [2, 3]
+    assert "iw_nll_se" not in m.compute()  # the se's sums were reset too
+    with pytest.raises(ValueError, match="index"):
+        m.update(torch.ones(2), torch.ones(2), torch.ones(2))
+    with pytest.raises(RuntimeError, match="per_text"):
+        EvalMetrics(latent_dim=2, feature_dim=3).per_text_rows()
+
+
+def test_per_text_and_se_leave_the_other_metrics_unchanged():
+    """Same updates with and without the new arguments: every existing key has the same value,
+    and the only new keys are the two standard errors."""
+    data = eval_set()
+    n = 30
+    se = torch.rand(n, generator=gen(81))
+    plain = EvalMetrics(latent_dim=4, feature_dim=5, mi_dataset=True, seed=7)
+    rich = EvalMetrics(latent_dim=4, feature_dim=5, mi_dataset=True, seed=7, per_text=True)
+    for m, extra in ((plain, lambda s, e: {}), (rich, lambda s, e: {"index": torch.arange(s, e), "iw_se": se[s:e]})):
+        g = gen(60)
+        for s, e in ((0, 11), (11, n)):
+            m.update(**{k: v[s:e] for k, v in data.items()}, mi_generator=g, **extra(s, e))
+    a, b = plain.compute(), rich.compute()
+    assert set(b) - set(a) == {"iw_nll_se"} and "mi_dataset_se" in a
+    for key in a:
+        assert torch.equal(a[key], b[key]), key
+    assert float(b["iw_nll_se"]) == pytest.approx(float(se.double().pow(2).sum().sqrt()) / n, rel=1e-6)
+    # the per-text neg_elbo and IW-NLL average to compute()'s loss and iw_nll
+    rows = rich.per_text_rows()
+    assert float(rows["neg_elbo"].mean()) == pytest.approx(float(b["loss"]), rel=1e-6)
+    assert float(rows["iw_nll"].mean()) == pytest.approx(float(b["iw_nll"]), rel=1e-6)
+    assert torch.equal(rows["iw_se"], se.double())
+
+
+def test_iw_nll_se_nan_when_no_se_is_finite():
+    m = EvalMetrics(latent_dim=0, feature_dim=1)
+    m.update(torch.ones(2), torch.zeros(2), torch.ones(2), iw_nll=torch.ones(2), iw_se=torch.full((2,), NAN))
+    assert math.isnan(float(m.compute()["iw_nll_se"]))
+
+
+def test_mi_dataset_se_equals_numpy():
+    import numpy as np
+
+    data = eval_set()
+    out = run_metrics(data, [0, 4, 15, 30])  # seeded 7
+    mu, logvar = data["mu"].double(), data["logvar"].double()
+    z = sample_posterior(mu, logvar, MI_DATASET_SAMPLES, gen(7)).reshape(-1, 4)
+    log_qz = numpy_log_qz(mu, logvar, z)
+    assert log_qz.size == 30 * MI_DATASET_SAMPLES
+    assert float(out["mi_dataset_se"]) == pytest.approx(float(np.std(log_qz, ddof=1) / math.sqrt(log_qz.size)), rel=1e-6)
+    assert float(out["mi_dataset"]) == pytest.approx(float(numpy_mi(mu, logvar, z)), abs=1e-6)
+    mi, se = mutual_information(mu, logvar, gen(7), samples=MI_DATASET_SAMPLES, return_se=True)
+    assert float(mi) == pytest.approx(float(out["mi_dataset"]), abs=1e-6)
+    assert float(se) == pytest.approx(float(out["mi_dataset_se"]), rel=1e-6)
+
+
+def test_mi_dataset_se_bounds_the_spread_over_draws():
+    """The documented approximation is conservative: the estimate's spread over 40 noise draws
+    is not above the s.e. (with slack for the noise of a 40-draw sd)."""
+    data = eval_set()
+    mu, logvar = data["mu"].double(), data["logvar"].double()
+    draws = [mutual_information(mu, logvar, gen(s), samples=MI_DATASET_SAMPLES, return_se=True) for s in range(40)]
+    spread = float(torch.stack([d[0] for d in draws]).std())
+    se = float(torch.stack([d[1] for d in draws]).mean())
+    assert 0 < spread < 1.3 * se, (spread, se)
+
+
+DDP_PROBE = """
+import json, sys, torch, torch.distributed as dist
+from seqvae.metrics import EvalMetrics
+rank, init = int(sys.argv[1]), sys.argv[2]
+dist.init_process_group("gloo", init_method="file://" + init, rank=rank, world_size=2)
+sys.path.insert(0, sys.argv[3])
+from test_metrics import feed, per_text_batches
+batches = per_text_batches()
+m = EvalMetrics(latent_dim=2, feature_dim=3, mi_dataset=True, per_text=True)
+feed(m, batches[:1] if rank == 0 else batches[1:])
+rows = {k: v.tolist() for k, v in m.per_text_rows().items()}
+out = {k: float(v) for k, v in m.compute().items()}
+print(json.dumps({"rows": rows, "out": out}))
+dist.destroy_process_group()
+"""
+
+
+def test_per_text_rows_and_se_gathered_over_ddp_ranks(tmp_path):
+    """Two gloo processes, each with part of the texts: every rank gets all rows, in index order,
+    and the se of the mean IW-NLL over all of them."""
+    import json
+    import subprocess
+
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    here = os.path.dirname(os.path.abspath(__file__))
+    cmd = [sys.executable, "-c", DDP_PROBE]
+    procs = [subprocess.Popen([*cmd, str(r), str(tmp_path / "init"), here], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True, env=env) for r in range(2)]  # fmt: skip
+    results = []
+    for p in procs:
+        out, err = p.communicate(timeout=240)
+        assert p.returncode == 0, err[-2000:]
+        results.append(json.loads(out.strip().splitlines()[-1]))
+    for r in results:
+        rows = {k: torch.tensor(v) for k, v in r["rows"].items()}
+        assert_rows({k: v if k in ("index", "tokens") else v.double() for k, v in rows.items()})
+        assert r["out"]["iw_nll_se"] == pytest.approx(math.sqrt(0.25**2 + 0.5**2) / 2, abs=1e-7)
+        assert r["out"]["loss"] == pytest.approx(sum(EXPECTED_ROWS["neg_elbo"]) / 6, rel=1e-6)
