@@ -16,6 +16,7 @@ from pytorch_lightning import Callback
 from pytorch_lightning.plugins.io import TorchCheckpointIO
 from pytorch_lightning.utilities import rank_zero_warn
 
+from .allocator import release_freed_memory
 from .data import load_checkpoint, run_seed
 
 
@@ -328,3 +329,20 @@ class TextSamples(Callback):
 
 def _cell(text: str) -> str:
     return text.replace("|", "\\|") or "(empty)"
+
+
+class EvalMemory(Callback):
+    """After each evaluation batch, hands the heap's free memory back to the kernel once the
+    resident size has grown by more than `keep` bytes since the last release
+    (`allocator.release_freed_memory`): with `reuse_freed_memory`, evaluation's batch-to-batch
+    growing temporaries would otherwise grow the heap with the test set (1.2 GB over 10,000
+    texts). Numbers are unchanged; SeqVAE adds this callback itself."""
+
+    def __init__(self, keep: int = 128 * 2**20):
+        self.keep = keep
+
+    def on_validation_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0):
+        release_freed_memory(self.keep)
+
+    def on_test_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0):
+        release_freed_memory(self.keep)

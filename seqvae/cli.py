@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import sys
-import tempfile
 import warnings
 from pathlib import Path
 
@@ -25,104 +23,7 @@ from .callbacks import EpochLine, PeriodicCheckpoint, PlateauRule, TextSamples
 from .data import CorpusError, TextDataModule, load_checkpoint
 from .model import AGGRESSIVE_DDP, ConfigError, NonFiniteError, SeqVAE
 from .provenance import provenance
-
-
-def numbered(path: Path, n: int) -> Path:
-    return path if n == 1 else path.with_name(f"{path.stem}-{n}{path.suffix}")
-
-
-def write_atomic(target: Path, text: str) -> None:
-    """Writes `text` to a temporary file beside `target`, then renames it into place: a kill
-    leaves either no file or the whole file."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".tmp-", suffix=target.suffix)
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.chmod(tmp, 0o644)  # mkstemp's 0600 would hide results from the other users of a cluster
-    os.replace(tmp, target)
-
-
-def free_number(paths) -> int:
-    """The first n for which none of the numbered paths exists (1: the paths themselves)."""
-    n = 1
-    while any(numbered(p, n).exists() for p in paths):
-        n += 1
-    return n
-
-
-def write_new_files(texts: dict[Path, str], n: int | None = None) -> dict[Path, Path]:
-    """Writes each text to its path, never replacing an existing file: all get the same number
-    (`metrics.json` + `per_text.csv`, else `metrics-2.json` + `per_text-2.csv`, …), the first
-    free for every one of them. Written in the given order (the last, metrics.json, marks the
-    set complete). Returns {path asked: path written}."""
-    n = n or free_number(texts)
-    for path, text in texts.items():
-        write_atomic(numbered(path, n), text)
-    return {p: numbered(p, n) for p in texts}
-
-
-def write_new_file(path: Path, text: str) -> Path:
-    """Writes `text` at `path`, or `path-2`, … if taken; never replaces a file."""
-    return write_new_files({path: text})[path]
-
-
-def _described(obj) -> str:
-    """A strategy object as its class and settings: `LinearKLWarmup(start=0.1, warmup_epochs=10)`."""
-    if obj is None:
-        return "none"
-    state = obj.__getstate__() if hasattr(obj, "__getstate__") and isinstance(obj.__getstate__(), dict) else vars(obj)
-    settings = ", ".join(f"{k}={v}" for k, v in sorted(state.items()) if not k.startswith("_") and k not in ("seed", "rng"))
-    return f"{type(obj).__name__}({settings})"
-
-
-def run_hparams(model, seed) -> dict:
-    """What a run is, flattened to readable names and plain values for TensorBoard's HPARAMS tab."""
-    h = model.hparams
-    return {
-        "pooling": h.pooling if h.latent_dim else "none (LM)",
-        "kl_schedule": _described(model.kl_schedule),
-        "kl_penalty": _described(model.kl_penalty),
-        "regularizers": " + ".join(_described(r) for r in model.regularizers) or "none",
-        "aggressive": _described(model.aggressive) if model.aggressive is not None else "off",
-        "word_dropout": float(h.word_dropout),
-        "skip": bool(h.skip),
-        "bn_gamma": float(h.bn_gamma) if h.bn_gamma is not None else 0.0,
-        "init": h.init,
-        "embed_dim": int(h.embed_dim),
-        "hidden_dim": int(h.hidden_dim),
-        "latent_dim": int(h.latent_dim),
-        "lr": float(h.lr),
-        "seed": int(seed) if isinstance(seed, int) else -1,
-    }
-
-
-HPARAM_METRICS = ("test/iw_nll", "test/loss", "test/kl", "test/mi", "test/mi_dataset", "test/au", "test/feature_cos")
-
-
-def log_hparams(logger, params: dict, metrics: dict) -> None:
-    """Writes the hparams plugin's records into the run's TensorBoard events: its settings, and
-    which test scalars (already in the events) are its metrics. Directly, not through
-    `logger.log_hyperparams`, which would also rewrite hparams.yaml with these names."""
-    from torch.utils.tensorboard.summary import hparams
-
-    experiment = getattr(logger, "experiment", None)
-    if experiment is None or not hasattr(experiment, "_get_file_writer"):
-        return
-    shown = {k: metrics[k] for k in HPARAM_METRICS if k in metrics}
-    writer = experiment._get_file_writer()
-    for summary in hparams(params, shown):
-        writer.add_summary(summary)
-    experiment.flush()
-
-
-def per_text_csv(rows: dict, line_numbers: list[int]) -> str:
-    """One row per test text, by position in the test split: its line in the test file, its
-    predicted tokens, −ELBO and KL (one z sample), IW-NLL and the IW-NLL's Monte-Carlo s.e."""
-    out = ["index,line,tokens,neg_elbo,kl,iw_nll,iw_se"]
-    cols = [rows[k].tolist() for k in ("index", "tokens", "neg_elbo", "kl", "iw_nll", "iw_se")]
-    for i, tokens, neg_elbo, kl, iw, se in zip(*cols):
-        out.append(f"{int(i)},{line_numbers[int(i)]},{int(tokens)},{neg_elbo:.6f},{kl:.6f},{iw:.6f},{se:.6f}")
-    return "\n".join(out) + "\n"
+from .run_files import free_number, log_hparams, numbered, per_text_csv, run_hparams, write_new_file, write_new_files
 
 
 class RunDirConfig(SaveConfigCallback):

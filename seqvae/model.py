@@ -17,7 +17,7 @@ import torch
 
 from . import generation, scoring
 from .aggressive import AggressiveTraining
-from .callbacks import ExactResume, FitClock
+from .callbacks import EvalMemory, ExactResume, FitClock
 from .data import PAD_ID, UNK_ID, ConfigError, Vocabulary, load_checkpoint
 from .evaluation import EvalNoise, iw_chunk
 from .generation import Decoding, Generation, Predictor
@@ -172,7 +172,7 @@ class SeqVAE(pl.LightningModule):
 
     def configure_callbacks(self):
         have = {type(c) for c in self.trainer.callbacks}  # fit's own test: already attached
-        return [c for c in (ExactResume(), FitClock()) if type(c) not in have]
+        return [c for c in (ExactResume(), FitClock(), EvalMemory()) if type(c) not in have]
 
     def _optimizers(self) -> list:
         return opts if isinstance(opts := self.optimizers(), list) else [opts]

@@ -178,7 +178,7 @@ def test_a_retest_writes_a_numbered_pair_and_keeps_the_first(trained, tmp_path, 
     assert metrics(retest)["per_text_file"] == "per_text.csv"
     # Into the same directory (a user's own log dir): -2 for both, the first pair untouched.
     os.replace(retest / "metrics.json", work / "metrics-2.json")
-    from seqvae.cli import write_new_files
+    from seqvae.run_files import write_new_files
 
     written = write_new_files({work / "per_text.csv": "x\n", work / "metrics.json": "{}\n"})
     assert [p.name for p in written.values()] == ["per_text-3.csv", "metrics-3.json"]
