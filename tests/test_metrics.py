@@ -355,7 +355,9 @@ def test_mutual_information_memory_does_not_grow_with_the_pool(allocator):
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     cmd = [sys.executable, "-c", MEMORY_PROBE, allocator]
     grew = int(subprocess.run(cmd, check=True, capture_output=True, text=True, env=env).stdout)
-    assert grew < 100 * 2**20, grew / 2**20
+    # ~45 MiB measured alone; once over 100 MiB inside a loaded full-suite run. 300 MiB still
+    # fails the old (M, 1024, Z) temporary of 786 MB by a wide margin.
+    assert grew < 300 * 2**20, grew / 2**20
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
