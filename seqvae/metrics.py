@@ -56,8 +56,12 @@ def iw_nll(
 ) -> torch.Tensor:
     """Importance-weighted NLL estimate per sentence: -(logsumexp_k log w_k - log K), (B,).
     The encoder runs once; the K samples are batched with the sentences."""
-    log_w = iw_log_weights(log_likelihood, mu, logvar, n_samples, chunk, generator)
-    return -(torch.logsumexp(log_w, dim=1) - math.log(n_samples))
+    return iw_nll_from_weights(iw_log_weights(log_likelihood, mu, logvar, n_samples, chunk, generator))
+
+
+def iw_nll_from_weights(log_w: torch.Tensor) -> torch.Tensor:
+    """-(logsumexp_k log w_k - log K) per sentence from the (B, K) log-weights."""
+    return -(torch.logsumexp(log_w, dim=1) - math.log(log_w.size(1)))
 
 
 def iw_nll_standard_error(log_w: torch.Tensor) -> torch.Tensor:

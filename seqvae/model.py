@@ -22,7 +22,7 @@ from .data import PAD_ID, UNK_ID, ConfigError, Vocabulary, load_checkpoint
 from .evaluation import EvalNoise, iw_chunk
 from .generation import Decoding, Generation, Predictor
 from .losses import KLPenalty, Regularizer, StandardKL, gaussian_kl
-from .metrics import EvalMetrics, iw_log_weights, iw_nll_standard_error, sample_posterior
+from .metrics import EvalMetrics, iw_log_weights, iw_nll_from_weights, iw_nll_standard_error, sample_posterior
 from .networks import Init, LSTMDecoder, LSTMEncoder, Pooling
 from .schedules import KLSchedule, LinearKLWarmup
 
@@ -262,7 +262,7 @@ class SeqVAE(pl.LightningModule):
         if n_iw:
             ll = lambda z: self.decoder.log_likelihood(tokens, lengths, z)  # noqa: E731
             log_w = iw_log_weights(ll, mu, logvar, n_iw, self.iw_chunk(tokens), gen)  # (B, K)
-            iw = -(torch.logsumexp(log_w, dim=1) - math.log(n_iw))
+            iw = iw_nll_from_weights(log_w)
             iw_se = iw_nll_standard_error(log_w)  # its Monte-Carlo noise, per text
         metrics.update(rec, kl, n_predicted, mu, logvar, h, iw, mi_generator=gen, index=index, iw_se=iw_se)
 
