@@ -9,12 +9,12 @@ import csv
 import math
 import statistics
 
+from .run_files import PER_TEXT_COLUMNS
 from .runs import MISSING, CompareError, value
 
 # Metrics that get a difference to the baseline, and the per-text column of those paired by text.
 DIFF_METRICS = ("iw_nll", "neg_elbo", "kl", "mi", "mi_dataset", "au", "iw_ppl")
 PER_TEXT = {"iw_nll": "iw_nll", "neg_elbo": "neg_elbo", "kl": "kl"}
-PER_TEXT_COLUMNS = ("index", "line", "tokens", "neg_elbo", "kl", "iw_nll", "iw_se")
 # Monte-Carlo standard error of a run's own value (importance / z sampling), when metrics.json has it.
 MC_SE = {"iw_nll": "iw_nll_se", "mi_dataset": "mi_dataset_se"}
 # A difference in JSON: diff (row − baseline), 95% bounds lo/hi, n pairs (texts, seeds) or runs, df of the

@@ -53,7 +53,8 @@ def _described(obj) -> str:
     """A strategy object as its class and settings: `LinearKLWarmup(start=0.1, warmup_epochs=10)`."""
     if obj is None:
         return "none"
-    state = obj.__getstate__() if hasattr(obj, "__getstate__") and isinstance(obj.__getstate__(), dict) else vars(obj)
+    state = obj.__getstate__() if hasattr(obj, "__getstate__") else None
+    state = state if isinstance(state, dict) else vars(obj)
     settings = ", ".join(f"{k}={v}" for k, v in sorted(state.items()) if not k.startswith("_") and k not in ("seed", "rng"))
     return f"{type(obj).__name__}({settings})"
 
@@ -98,10 +99,13 @@ def log_hparams(logger, params: dict, metrics: dict) -> None:
     experiment.flush()
 
 
+PER_TEXT_COLUMNS = ("index", "line", "tokens", "neg_elbo", "kl", "iw_nll", "iw_se")  # per_text.csv, as compare reads it
+
+
 def per_text_csv(rows: dict, line_numbers: list[int]) -> str:
     """One row per test text, by position in the test split: its line in the test file, its
     predicted tokens, −ELBO and KL (one z sample), IW-NLL and the IW-NLL's Monte-Carlo s.e."""
-    out = ["index,line,tokens,neg_elbo,kl,iw_nll,iw_se"]
+    out = [",".join(PER_TEXT_COLUMNS)]
     cols = [rows[k].tolist() for k in ("index", "tokens", "neg_elbo", "kl", "iw_nll", "iw_se")]
     for i, tokens, neg_elbo, kl, iw, se in zip(*cols):
         out.append(f"{int(i)},{line_numbers[int(i)]},{int(tokens)},{neg_elbo:.6f},{kl:.6f},{iw:.6f},{se:.6f}")
