@@ -13,8 +13,7 @@ configs/yahoo10k/{last,cosine,max}.yaml on top of the dataset's base config and
 model.hidden_dim = model.latent_dim = 3. The hidden size is shared by encoder and decoder in
 SeqVAE, so the decoder has 3 units too (the paper only states the encoder's size). Features are the
 encoder's pooled LSTM states h (what the cosine regulariser and `feature_cos` see), computed by
-`model.encoder.features` in eval mode. PNGs go to docs/figures/feature_space/ (or `--out`);
-matplotlib is needed (pip install -e ".[plots]").
+`model.encoder.features` in eval mode. PNGs go to docs/figures/feature_space/ (or `--out`).
 """
 
 from __future__ import annotations
@@ -71,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         from matplotlib.figure import Figure
     except ImportError:
-        print("feature_space: error: matplotlib is not installed (pip install -e '.[plots]')", file=sys.stderr)
+        print("feature_space: error: matplotlib is not installed (pip install matplotlib)", file=sys.stderr)
         return 2
     dataset = DATASETS[args.dataset]
     grid = {

@@ -29,11 +29,11 @@ import csv
 import io
 import json
 import os
-import statistics
 import sys
 from pathlib import Path
 
 from .differences import DIFF_KEYS, DIFF_METRICS, MC_SE, add_differences, diff_cell, t975  # noqa: F401  (t975: API)
+from .plots import plot, read_curves, y_scale  # noqa: F401  (re-exported: compare's API)
 from .runs import (  # noqa: F401  (re-exported: compare's API)
     DIGITS,
     HEADER,
@@ -101,12 +101,45 @@ def group_runs(
     out += by_config(runs)
     varying = varying_keys(out)
     names = short_names(varying)
+    common = common_values(out, varying)
     for g in out:
-        label = ", ".join(f"{names[k]}={show(k, g['config'][k])}" for k in varying if k in g["config"])
+        shown = [k for k in varying if k in g["config"] and (k not in common or g["config"][k] != common[k])]
+        label = ", ".join(f"{names[k]}={show(k, g['config'][k])}" for k in shown)
         parents = dict.fromkeys(r["path"].resolve().parent.name for r in g["runs"])
-        g["label"] = ",".join(parents) if label_by == "dir" or not label else label
+        if label_by == "dir" or not varying:
+            label = ",".join(parents)
+        g["label"] = label or COMMON_LABEL
         g["stats"] = {mid: summarize(g["runs"], key) for mid, _, key, _ in METRICS}
     return out
+
+
+COMMON_LABEL = "common settings"
+
+
+def common_values(groups: list[dict], keys: list[str]) -> dict:
+    """key -> the value more than half of the groups share, for the keys that have one. A label
+    names only where its row departs from these (15 methods: `pooling=max`, not every key that
+    varies somewhere); a key without a majority value (two rows) is named in every row."""
+    out = {}
+    for k in keys:
+        values = [json.dumps(g["config"].get(k, "<absent>"), sort_keys=True, default=str) for g in groups]
+        top = max(set(values), key=values.count)
+        if values.count(top) * 2 > len(groups) and top != '"<absent>"':
+            out[k] = json.loads(top)
+    return out
+
+
+def common_settings_note(groups: list[dict], label_by: str) -> list[str]:
+    """The footnote that says what the labels leave out: the shared values of the keys that vary."""
+    if label_by == "dir" or len(groups) < 3:
+        return []
+    varying = varying_keys(groups)
+    common = common_values(groups, varying)
+    if not common:
+        return []
+    names = short_names(varying)
+    shared = ", ".join(f"{names[k]}={show(k, v)}" for k, v in common.items())
+    return [f"Rows are labelled by where they differ from the settings most rows share ({COMMON_LABEL}): {shared}"]
 
 
 # ---------------------------------------------------------------- differences to the baseline
@@ -288,71 +321,6 @@ def write_curves(run_dir: Path, out: Path) -> int:
     return len(steps)
 
 
-def read_curves(path: Path) -> dict[str, dict[float, float]]:
-    """column -> {epoch: value} from curves.csv (x: the `epoch` column + 1, else the row number)."""
-    with open(path, newline="") as f:
-        rows = list(csv.DictReader(f))
-    out: dict[str, dict[float, float]] = {}
-    for i, row in enumerate(rows):
-        x = float(row["epoch"]) + 1 if row.get("epoch") else i + 1
-        for k, v in row.items():
-            if k.startswith("val/") and v not in ("", None):
-                out.setdefault(k, {})[x] = float(v)
-    return out
-
-
-def y_scale(values: list[float]) -> tuple[str, dict]:
-    """The y axis for a curve plot: "log" for positive values spanning more than 3 decades;
-    "symlog" (linear within ± the median magnitude) when zeros or negatives come with values
-    more than 1000× that median (the LM's KL of 0 beside a diverging epoch); else linear."""
-    if not values:
-        return "linear", {}
-    if min(values) > 0:
-        return ("log", {}) if max(values) / min(values) > 1e3 else ("linear", {})
-    magnitudes = [abs(v) for v in values if v != 0]
-    if not magnitudes:
-        return "linear", {}
-    typical = statistics.median(magnitudes)
-    return ("symlog", {"linthresh": typical}) if max(magnitudes) / typical > 1e3 else ("linear", {})
-
-
-def plot(groups: list[dict], out_dir: Path) -> str:
-    try:
-        from matplotlib.figure import Figure
-    except ImportError:
-        return "seqvae compare: plots skipped: matplotlib is not installed (pip install 'seqvae[plots]')"
-    curves = [[read_curves(r["path"] / "curves.csv") for r in g["runs"] if (r["path"] / "curves.csv").is_file()] for g in groups]
-    metrics = sorted({m for runs in curves for c in runs for m in c})
-    if not metrics:
-        return "seqvae compare: plots skipped: no run has a curves.csv with val/ columns"
-    out_dir.mkdir(parents=True, exist_ok=True)
-    for metric in metrics:
-        fig = Figure(figsize=(6, 4))
-        ax = fig.add_subplot()
-        for i, (g, runs) in enumerate(zip(groups, curves)):
-            by_x: dict[float, list[float]] = {}
-            for c in runs:
-                for x, v in c.get(metric, {}).items():
-                    by_x.setdefault(x, []).append(v)
-            if not by_x:
-                continue
-            xs = sorted(by_x)
-            style = ("-", "--", ":")[(i // 10) % 3]  # the colour cycle has 10 colours: 11th line on, dashed
-            mean = [statistics.fmean(by_x[x]) for x in xs]
-            ax.plot(xs, mean, linestyle=style, marker="o", ms=3, label=f"{g['label']} (n={len(runs)})")
-            if len(runs) > 1:
-                ax.fill_between(xs, [min(by_x[x]) for x in xs], [max(by_x[x]) for x in xs], alpha=0.2)
-        ax.set(title=metric, xlabel="epoch", ylabel=metric)
-        values = [v for c in (c for runs in curves for c in runs) for v in c.get(metric, {}).values()]
-        scale, kwargs = y_scale(values)
-        if scale != "linear":
-            ax.set_yscale(scale, **kwargs)  # one diverging epoch would flatten every other line
-        ax.legend(fontsize="small")
-        fig.tight_layout()
-        fig.savefig(out_dir / f"{metric.replace('/', '_')}.png", dpi=100)
-    return f"seqvae compare: wrote {len(metrics)} plots to {out_dir}"
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="seqvae compare",
@@ -369,7 +337,9 @@ def main(argv: list[str] | None = None) -> int:
         metavar="RUN_DIR_OR_GLOB",
         help="runs of one config (quoted glob or directory): every other row's difference to them, with 95%% intervals",
     )
-    parser.add_argument("--plots", type=Path, metavar="DIR", help="write one PNG per validation curve into DIR")
+    parser.add_argument(
+        "--plots", type=Path, metavar="DIR", help="write one PNG per validation curve and a bar chart of the final test metrics"
+    )
     args = parser.parse_args(argv)
     try:
         runs = find_runs(args.runs)
@@ -379,7 +349,7 @@ def main(argv: list[str] | None = None) -> int:
     except (CompareError, OSError) as err:
         print(f"seqvae compare: error: {err}", file=sys.stderr)
         return 2
-    notes = filled_in_notes(groups)
+    notes = [*common_settings_note(groups, args.label), *filled_in_notes(groups)]
     commits = commit_warning([r for g in groups for r in g["runs"]])
     if commits:
         print(f"seqvae compare: warning: {commits}", file=sys.stderr)

@@ -217,6 +217,23 @@ def test_labels_name_every_varying_key(tmp_path, capsys):
     ]
 
 
+def test_labels_name_only_where_a_row_departs_from_most_rows(tmp_path, capsys):
+    schedule = {"class_path": "seqvae.CyclicalKL", "init_args": {"cycles": 4}}
+    make_run(tmp_path, "base", 1, metrics(1.0, 60.0))
+    make_run(tmp_path, "last", 1, metrics(2.0, 60.0), pooling="last")
+    make_run(tmp_path, "cyc", 1, metrics(3.0, 60.0), kl_schedule=schedule)
+    make_run(tmp_path, "small", 1, metrics(4.0, 60.0), latent_dim=16)
+    rc, out, _ = run_compare(capsys, f"{tmp_path}/yahoo/*/seed1")
+    assert rc == 0
+    labels = [line.split(" | ")[0].strip("| ") for line in out.splitlines()[2:6]]
+    assert labels == ["common settings", "kl_schedule=CyclicalKL, cycles=4", "pooling=last", "latent_dim=16"]
+    note = out.splitlines()[7]
+    assert note == (
+        "- Rows are labelled by where they differ from the settings most rows share (common settings): "
+        "kl_schedule=LinearKLWarmup, start=0.1, warmup_epochs=10.0, latent_dim=32, pooling=max"
+    )
+
+
 def test_short_names_disambiguate():
     names = compare.short_names(["checkpoint.monitor", "plateau.monitor", "model.pooling", "trainer.callbacks.0.class_path"])
     assert names == {
@@ -242,12 +259,12 @@ def test_errors_are_one_line(tmp_path, runs, capsys):
 
 
 def test_plots(runs, tmp_path, capsys):
-    pytest.importorskip("matplotlib")
     out_dir = tmp_path / "plots"
     rc, _, err = run_compare(capsys, f"{runs}/yahoo/*/seed*", "--plots", out_dir)
-    assert rc == 0 and f"wrote 5 plots to {out_dir}" in err
+    curves = ["val_au.png", "val_feature_cos.png", "val_kl.png", "val_loss.png", "val_mi.png"]
+    assert rc == 0 and f"wrote 6 plots to {out_dir} ({', '.join(curves)}, final_test.png)" in err
     names = sorted(p.name for p in out_dir.iterdir())
-    assert names == ["val_au.png", "val_feature_cos.png", "val_kl.png", "val_loss.png", "val_mi.png"]
+    assert names == sorted([*curves, "final_test.png"])
     assert all((out_dir / n).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for n in names)
 
 
@@ -264,8 +281,51 @@ def test_plots_skipped_without_matplotlib(runs, tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(builtins, "__import__", no_matplotlib)
     rc, out, err = run_compare(capsys, f"{runs}/yahoo/*/seed*", "--plots", tmp_path / "plots")
     assert rc == 0 and out.count("\n") == 4
-    assert err == "seqvae compare: plots skipped: matplotlib is not installed (pip install 'seqvae[plots]')\n"
+    assert err == "seqvae compare: plots skipped: matplotlib is not installed (pip install matplotlib)\n"
     assert not (tmp_path / "plots").exists()
+
+
+def test_curve_legend_beside_the_axes_and_labels_wrapped(runs):
+    from seqvae import plots
+
+    groups = compare.group_runs(compare.find_runs([f"{runs}/yahoo/*/seed*"]))
+    groups[0]["label"] = "kl_schedule=CyclicalKL, cycles=4, ratio=0.5, pooling=max, regularizers.0=CosineDispersion"
+    curves = [[plots.read_curves(r["path"] / "curves.csv") for r in g["runs"]] for g in groups]
+    fig = plots.curve_figure("val/kl", groups, curves)
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    renderer = FigureCanvasAgg(fig).get_renderer()
+    fig.draw(renderer)
+    ax = fig.axes[0]
+    legend, frame = ax.get_legend().get_window_extent(renderer), ax.get_window_extent(renderer)
+    assert legend.x0 >= frame.x1  # entirely right of the plotting area: no curve is covered
+    texts = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert max(len(line) for t in texts for line in t.split("\n")) <= plots.LABEL_WIDTH
+    assert texts[0].replace("\n", " ") == f"{groups[0]['label']} (n={len(groups[0]['runs'])})"
+
+
+def test_final_bar_chart_means_and_intervals(runs):
+    """Bar lengths are the rows' means; error bars the 95% t-interval over seeds (none for one run)."""
+    from seqvae import plots
+
+    groups = compare.group_runs(compare.find_runs([f"{runs}/yahoo/max/seed*", f"{runs}/yahoo/last/seed*"]))
+    assert [g["label"] for g in groups] == ["pooling=max", "pooling=last"]
+    groups[1]["runs"] = groups[1]["runs"][:1]  # one run: a bar without an interval
+    fig = plots.bar_figure(groups)
+    titles = [ax.get_title() for ax in fig.axes]
+    assert titles == ["IW-NLL", "KL", "MI(dataset)", "AU", "feature cos"]
+    iw = fig.axes[0]
+    widths = [p.get_width() for p in iw.patches]
+    assert widths == [102.0, 90.0]  # max: seeds 100, 102, 104; last: seed 1 only
+    from matplotlib.container import ErrorbarContainer
+
+    (errorbars,) = [c for c in iw.containers if isinstance(c, ErrorbarContainer)]
+    segments = errorbars.lines[2][0].get_segments()
+    half = 2.0 * 4.302652729911275 / 3**0.5  # sd 2 over 3 seeds, t(0.975, 2)
+    assert segments[0][:, 0].tolist() == pytest.approx([102.0 - half, 102.0 + half])
+    assert segments[1][:, 0].tolist() == pytest.approx([90.0, 90.0])
+    assert plots.mean_interval([1.0, 3.0]) == pytest.approx((2.0, 12.706204736174707 * 2**0.5 / 2**0.5))
+    assert fig.axes[0].get_yticklabels()[0].get_text() == f"{groups[0]['label']} (n=3)"
 
 
 def test_read_curves_mean_band(runs):
