@@ -90,23 +90,21 @@ class SeqVAE(pl.LightningModule):
         init: Weight initialisation of both networks: "reference" (He et al.: U(-0.01, 0.01))
             or "pytorch" (PyTorch's fan-in defaults for LSTM and Linear layers); embeddings are
             U(-0.1, 0.1) in both. See `networks.init_weights` for why the choice matters.
+        fused_output: Output layer and cross-entropy fused chunk by chunk (`fused_ce`); False: plain logits.
         generation: What `seqvae predict` writes (see `Generation`); a predict-time setting, not
             saved with the hyper-parameters.
     """
 
     def __init__(  # fmt: skip
         self,
-        vocab_size: int, embed_dim: int = 512, hidden_dim: int = 1024, latent_dim: int = 32,
-        pooling: Pooling = "last", dropout_in: float = 0.5, dropout_out: float = 0.5, word_dropout: float = 0.0,
-        skip: bool = False,
+        vocab_size: int, embed_dim: int = 512, hidden_dim: int = 1024, latent_dim: int = 32, pooling: Pooling = "last",
+        dropout_in: float = 0.5, dropout_out: float = 0.5, word_dropout: float = 0.0, skip: bool = False,
         kl_schedule: KLSchedule | None = None, kl_penalty: KLPenalty | None = None, regularizers: list[Regularizer] | None = None,
         lr: float = 1.0, grad_clip: float = 5.0,
         val_iw_samples: int = 0, test_iw_samples: int = 500, iw_max_elements: int | None = None,
-        mi_dataset: bool = True, eval_seed: int = 0,
-        init_encoder_from: str | None = None,
-        aggressive: AggressiveTraining | None = None,
-        bn_gamma: float | None = None, bn_eps: float = 1e-5,
-        init: Init = "reference",
+        mi_dataset: bool = True, eval_seed: int = 0, init_encoder_from: str | None = None,
+        aggressive: AggressiveTraining | None = None, bn_gamma: float | None = None, bn_eps: float = 1e-5,
+        init: Init = "reference", fused_output: bool = True,
         generation: Generation = Generation(),  # noqa: B008 (frozen: immutable default)
     ):
         super().__init__()
@@ -120,7 +118,9 @@ class SeqVAE(pl.LightningModule):
         self.encoder = None
         if latent_dim:
             self.encoder = LSTMEncoder(vocab_size, embed_dim, hidden_dim, latent_dim, pooling, bn_gamma, bn_eps, init)
-        self.decoder = LSTMDecoder(vocab_size, embed_dim, hidden_dim, latent_dim, dropout_in, dropout_out, skip, init)
+        self.decoder = LSTMDecoder(
+            vocab_size, embed_dim, hidden_dim, latent_dim, dropout_in, dropout_out, skip, init, fused_output
+        )
         self.val_metrics = EvalMetrics(latent_dim, hidden_dim, mi_dataset, seed=eval_seed)
         self.test_metrics = EvalMetrics(latent_dim, hidden_dim, mi_dataset, eval_seed, per_text=True)  # per_text.csv
         self.num_updates = 0  # training batches consumed (outer iterations); drives the KL schedule

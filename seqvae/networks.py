@@ -14,6 +14,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .fused_ce import linear_cross_entropy
+
 Pooling = Literal["last", "avg", "max", "abs"]
 
 
@@ -126,7 +128,9 @@ class LSTMDecoder(nn.Module):
     """p(x | z). With `latent_dim=0` it is a plain LSTM language model (zero initial state).
 
     Args mirror the reference: dropout on the input embeddings and on the LSTM outputs; with
-    `skip=True` (SkipVAE, Dieng et al. 2019) z also enters the output layer.
+    `skip=True` (SkipVAE, Dieng et al. 2019) z also enters the output layer. `fused_output`:
+    `log_likelihood` runs the output layer and the cross-entropy fused, chunk by chunk
+    (`fused_ce.linear_cross_entropy`); False: through `forward`'s logits (same values to ~1e-6).
     """
 
     def __init__(
@@ -139,9 +143,11 @@ class LSTMDecoder(nn.Module):
         dropout_out: float = 0.5,
         skip: bool = False,
         init: Init = "reference",
+        fused_output: bool = True,
     ):
         super().__init__()
         self.latent_dim, self.skip = latent_dim, skip and latent_dim > 0
+        self.fused_output = fused_output  # log_likelihood without the N×V logits (`fused_ce`); False: the plain path
         self.embed = nn.Embedding(vocab_size, embed_dim)
         self.dropout_in, self.dropout_out = nn.Dropout(dropout_in), nn.Dropout(dropout_out)
         self.lstm = nn.LSTM(embed_dim + latent_dim, hidden_dim, batch_first=True)
@@ -154,6 +160,18 @@ class LSTMDecoder(nn.Module):
 
     def forward(self, inputs: torch.Tensor, z: torch.Tensor | None) -> torch.Tensor:
         """inputs (N, T) decoder input ids; z (N, Z) or None -> logits (N, T, V)."""
+        h = self.states(inputs, z)
+        # One (N·T, H) x (H, V) GEMM. Left 3-D, torch.matmul does not fold the batch into rows
+        # when the input needs a gradient and the weight does not (the frozen decoder of an
+        # aggressive encoder step) and runs N small batched GEMMs instead, which on CPU cost
+        # more than the weight gradient saves. Same kernel and values as the folded case.
+        logits = self.out(h.reshape(-1, h.size(-1))).view(*h.shape[:-1], -1)  # (N, T, V)
+        if self.skip:
+            logits = logits + self.z_to_out(z).unsqueeze(1)
+        return logits
+
+    def states(self, inputs: torch.Tensor, z: torch.Tensor | None) -> torch.Tensor:
+        """What the output layer reads: dropout(LSTM outputs) (N, T, H) for inputs (N, T), z (N, Z)."""
         x = self.dropout_in(self.embed(inputs))  # (N, T, E)
         state = None
         if self.latent_dim:
@@ -161,15 +179,7 @@ class LSTMDecoder(nn.Module):
             c0 = self.z_to_c0(z).unsqueeze(0)  # (1, N, H)
             state = (torch.tanh(c0), c0)
         out, _ = self.lstm(x, state)  # (N, T, H)
-        # One (N·T, H) x (H, V) GEMM. Left 3-D, torch.matmul does not fold the batch into rows
-        # when the input needs a gradient and the weight does not (the frozen decoder of an
-        # aggressive encoder step) and runs N small batched GEMMs instead, which on CPU cost
-        # more than the weight gradient saves. Same kernel and values as the folded case.
-        h = self.dropout_out(out)
-        logits = self.out(h.reshape(-1, h.size(-1))).view(*h.shape[:-1], -1)  # (N, T, V)
-        if self.skip:
-            logits = logits + self.z_to_out(z).unsqueeze(1)
-        return logits
+        return self.dropout_out(out)
 
     def _start(self, z: torch.Tensor | None):
         """The decoder's initial LSTM state for z (n, Z): c0 = W z, h0 = tanh(c0); None without z."""
@@ -280,9 +290,15 @@ class LSTMDecoder(nn.Module):
         inputs = tokens[:, :-1] if inputs is None else inputs
         targets = tokens[:, 1:]  # (B, T-1)
         flat_z = None if z is None else z.reshape(B * K, -1)
-        logits = self(inputs.repeat_interleave(K, 0), flat_z)  # (B*K, T-1, V)
-        nll = F.cross_entropy(  # in fp32 under bf16 autocast too: sums of ~100 log-probs
-            logits.float().reshape(B * K * (T - 1), -1), targets.repeat_interleave(K, 0).reshape(-1), reduction="none"
-        ).view(B, K, T - 1)
+        targets = targets.repeat_interleave(K, 0).reshape(-1)  # (B*K*(T-1),)
+        # The per-token NLL is fp32 under bf16 autocast too: sums of ~100 log-probs.
+        if self.fused_output:  # rows (sequence, step) chunk by chunk; z's skip term one row per sequence
+            h = self.states(inputs.repeat_interleave(K, 0), flat_z)  # (B*K, T-1, H), dropout applied
+            skip = self.z_to_out(flat_z) if self.skip else None  # (B*K, V)
+            nll = linear_cross_entropy(h.reshape(-1, h.size(-1)), self.out.weight, targets, skip)
+        else:
+            logits = self(inputs.repeat_interleave(K, 0), flat_z)  # (B*K, T-1, V)
+            nll = F.cross_entropy(logits.float().reshape(targets.size(0), -1), targets, reduction="none")
+        nll = nll.view(B, K, T - 1)
         mask = torch.arange(T - 1, device=tokens.device) < (lengths - 1).unsqueeze(1)  # (B, T-1)
         return -(nll * mask.unsqueeze(1)).sum(-1)
