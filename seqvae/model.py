@@ -21,12 +21,19 @@ from .callbacks import EvalMemory, ExactResume, FitClock
 from .data import PAD_ID, UNK_ID, ConfigError, Vocabulary, load_checkpoint
 from .evaluation import EvalNoise, iw_chunk
 from .generation import Decoding, Generation, Predictor
-from .losses import KLPenalty, Regularizer, StandardKL, gaussian_kl
+from .losses import BatchFreeBits, CosineDispersion, FreeBits, KLPenalty, Regularizer, StandardKL, gaussian_kl
 from .metrics import EvalMetrics, iw_log_weights, iw_nll_from_weights, iw_nll_standard_error, sample_posterior
 from .networks import Init, LSTMDecoder, LSTMEncoder, Pooling
-from .schedules import KLSchedule, LinearKLWarmup
+from .schedules import ConstantKL, CyclicalKL, KLSchedule, LinearKLWarmup
 
 __all__ = ["Generation", "NonFiniteError", "SeqVAE"]
+
+# Checkpoints hold the strategy objects of the hyper-parameters (schedules, penalties,
+# regularisers); allow exactly these classes under torch.load(weights_only=True). Here, because
+# every path that loads a checkpoint imports the model first.
+torch.serialization.add_safe_globals(
+    [AggressiveTraining, ConstantKL, CyclicalKL, LinearKLWarmup, StandardKL, FreeBits, BatchFreeBits, CosineDispersion]
+)
 
 # Evaluation values are logged after EvalMetrics has reduced its states over all ranks: they
 # are already the whole-set values on every rank, and Lightning's sync_dist would average them.
