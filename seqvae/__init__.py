@@ -1,39 +1,43 @@
-"""seqvae: LSTM sequence VAEs that do not collapse, with the metrics that tell."""
+"""seqvae: LSTM sequence VAEs that do not collapse, with the metrics that tell.
 
-import torch
+The names below load on first use (PEP 562), so that `seqvae --help`, `seqvae compare` and the
+other tools start without importing torch and Lightning; `from seqvae import SeqVAE` and the
+configs' `class_path: seqvae.LinearKLWarmup` work as before.
+"""
 
-from .aggressive import AggressiveTraining
-from .allocator import reuse_freed_memory
-from .callbacks import AtomicCheckpointIO, PeriodicCheckpoint, PlateauRule
-from .data import TextDataModule, Vocabulary, read_corpus
-from .losses import BatchFreeBits, CosineDispersion, FreeBits, KLPenalty, Regularizer, StandardKL
-from .model import SeqVAE
-from .schedules import ConstantKL, CyclicalKL, KLSchedule, LinearKLWarmup
+import importlib
 
-# Checkpoints hold the strategy objects of the hyper-parameters (schedules, penalties,
-# regularisers); allow exactly these classes under torch.load(weights_only=True).
-torch.serialization.add_safe_globals(
-    [AggressiveTraining, ConstantKL, CyclicalKL, LinearKLWarmup, StandardKL, FreeBits, BatchFreeBits, CosineDispersion]
-)
+_WHERE = {
+    "AggressiveTraining": "aggressive",
+    "AtomicCheckpointIO": "callbacks",
+    "PeriodicCheckpoint": "callbacks",
+    "PlateauRule": "callbacks",
+    "reuse_freed_memory": "allocator",
+    "TextDataModule": "data",
+    "Vocabulary": "data",
+    "read_corpus": "data",
+    "BatchFreeBits": "losses",
+    "CosineDispersion": "losses",
+    "FreeBits": "losses",
+    "KLPenalty": "losses",
+    "Regularizer": "losses",
+    "StandardKL": "losses",
+    "SeqVAE": "model",
+    "ConstantKL": "schedules",
+    "CyclicalKL": "schedules",
+    "KLSchedule": "schedules",
+    "LinearKLWarmup": "schedules",
+}
+__all__ = sorted(_WHERE)
 
-__all__ = [
-    "AggressiveTraining",
-    "AtomicCheckpointIO",
-    "BatchFreeBits",
-    "ConstantKL",
-    "CosineDispersion",
-    "CyclicalKL",
-    "FreeBits",
-    "KLPenalty",
-    "KLSchedule",
-    "LinearKLWarmup",
-    "PeriodicCheckpoint",
-    "PlateauRule",
-    "Regularizer",
-    "SeqVAE",
-    "StandardKL",
-    "TextDataModule",
-    "Vocabulary",
-    "read_corpus",
-    "reuse_freed_memory",
-]
+
+def __getattr__(name: str):
+    if name in _WHERE:
+        value = getattr(importlib.import_module(f".{_WHERE[name]}", __name__), name)
+        globals()[name] = value  # once: later lookups do not come back here
+        return value
+    raise AttributeError(f"module 'seqvae' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted([*globals(), *_WHERE])

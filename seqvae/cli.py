@@ -20,6 +20,7 @@ from pytorch_lightning.loggers import TensorBoardLogger
 
 from .allocator import reuse_freed_memory
 from .callbacks import EpochLine, PeriodicCheckpoint, PlateauRule, TextSamples
+from .commands import main  # noqa: F401  (the entry point; `seqvae.cli.main` kept for scripts and tests)
 from .data import CorpusError, TextDataModule, load_checkpoint
 from .model import AGGRESSIVE_DDP, ConfigError, NonFiniteError, SeqVAE
 from .provenance import provenance
@@ -281,27 +282,6 @@ class SeqVAECLI(LightningCLI):
                 print(f"  {k:<{width}}  {v:.4f}")
 
 
-# The subcommands besides LightningCLI's fit/validate/test/predict: module, one-line summary.
-TOOLS = {
-    "compare": ("compare", "tables of finished runs; with --baseline, differences with 95% intervals"),
-    "sweep": ("sweep", "a grid of variants × seeds, each cell a resumable `seqvae fit`"),
-    "export": ("export", "copy a run's small result files (config, metrics, per-text, curves)"),
-    "diagnose": ("diagnostics", "is the encoder learning? weight and gradient norms, feature spread"),
-    "download": ("download", "fetch the Yahoo / Yelp / PTB corpora (needs a network)"),
-}
-USAGE = """usage: seqvae SUBCOMMAND [options]     (seqvae SUBCOMMAND --help for each one's options)
-
-training and evaluation (LightningCLI; --config FILE, --section.key value):
-  fit         train, keep the best checkpoint, test it, write metrics.json and per_text.csv
-  validate    evaluate a checkpoint on the validation split
-  test        evaluate a checkpoint on the test split (e.g. --ckpt_path C --data.test FILE)
-  predict     reconstruct, sample or interpolate texts with a checkpoint (predictions.txt)
-
-tools:
-{tools}
-"""
-
-
 class _NoAdverts(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         return not str(record.msg).startswith("💡 Tip:")
@@ -315,16 +295,8 @@ def quiet_known_noise() -> None:
     warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated", category=FutureWarning)
 
 
-def main(argv: list[str] | None = None) -> None:
-    words = sys.argv[1:] if argv is None else list(argv)
-    if words[:1] in ([], ["-h"], ["--help"]):
-        print(USAGE.format(tools="\n".join(f"  {name:<11} {summary}" for name, (_, summary) in TOOLS.items())), end="")
-        sys.exit(0 if words else 2)
-    if words[0] in TOOLS:
-        import importlib
-
-        module = importlib.import_module(f".{TOOLS[words[0]][0]}", __package__)
-        sys.exit(module.main(words[1:]))
+def run_lightning(argv: list[str] | None = None) -> None:
+    """fit/validate/test/predict (`seqvae.commands.main` sends everything else elsewhere)."""
     reuse_freed_memory()  # a third less CPU time per training step on glibc (seqvae/allocator.py)
     quiet_known_noise()
     try:
