@@ -82,6 +82,7 @@ def main(argv: list[str] | None = None) -> int:
             "trainer.max_epochs": args.epochs or dataset["epochs"],
             "model.val_iw_samples": 0,
             "model.test_iw_samples": 10,
+            "model.bn_gamma": None,  # the paper's plain VAEs (the demo config adds BN-VAE)
         },
         "seeds": [args.seed],
         "variants": [{"name": v, "configs": [VARIANTS[v][0]]} for v in args.variants],
