@@ -291,14 +291,19 @@ class LSTMDecoder(nn.Module):
         targets = tokens[:, 1:]  # (B, T-1)
         flat_z = None if z is None else z.reshape(B * K, -1)
         targets = targets.repeat_interleave(K, 0).reshape(-1)  # (B*K*(T-1),)
+        mask = torch.arange(T - 1, device=tokens.device) < (lengths - 1).unsqueeze(1)  # (B, T-1)
         # The per-token NLL is fp32 under bf16 autocast too: sums of ~100 log-probs.
-        if self.fused_output:  # rows (sequence, step) chunk by chunk; z's skip term one row per sequence
+        if self.fused_output:
             h = self.states(inputs.repeat_interleave(K, 0), flat_z)  # (B*K, T-1, H), dropout applied
+            # Real tokens only (padding costs nothing, and every row then has the same loss
+            # gradient: fused_ce's one-pass case). Rows are (sequence, step) as 2-D GEMM rows;
+            # the skip term is one row per sequence, picked per token by `seq`.
+            real = mask.repeat_interleave(K, 0).reshape(-1)
+            seq = torch.arange(B * K, device=tokens.device).repeat_interleave(T - 1)[real]
             skip = self.z_to_out(flat_z) if self.skip else None  # (B*K, V)
-            nll = linear_cross_entropy(h.reshape(-1, h.size(-1)), self.out.weight, targets, skip)
+            picked = linear_cross_entropy(h.reshape(-1, h.size(-1))[real], self.out.weight, targets[real], skip, seq)
+            nll = torch.zeros(targets.shape, dtype=picked.dtype, device=picked.device).masked_scatter(real, picked)
         else:
             logits = self(inputs.repeat_interleave(K, 0), flat_z)  # (B*K, T-1, V)
             nll = F.cross_entropy(logits.float().reshape(targets.size(0), -1), targets, reduction="none")
-        nll = nll.view(B, K, T - 1)
-        mask = torch.arange(T - 1, device=tokens.device) < (lengths - 1).unsqueeze(1)  # (B, T-1)
-        return -(nll * mask.unsqueeze(1)).sum(-1)
+        return -(nll.view(B, K, T - 1) * mask.unsqueeze(1)).sum(-1)
