@@ -53,6 +53,17 @@ class Generation:
     stdout: bool = False
 
 
+DEFAULTS = Generation()  # the CLI's defaults, which the Python API shares
+PRIOR_MAX_LENGTH = 100  # most tokens decoded from the prior or a path, where no input says how long
+LENGTH_MARGIN = 20  # a reconstruction may run this many tokens past its batch's longest input
+
+
+def default_max_length(lengths: torch.Tensor | None) -> int:
+    """max_length when none is given: the longest input of the batch (`<s>`, `</s>` counted) +
+    LENGTH_MARGIN for reconstructions (lengths given), PRIOR_MAX_LENGTH otherwise."""
+    return PRIOR_MAX_LENGTH if lengths is None else int(lengths.max()) + LENGTH_MARGIN
+
+
 def check_decoding(decoding: str, temperature: float, beam_width: int) -> None:
     if decoding not in ("greedy", "sample", "beam"):
         raise ConfigError(f"decoding must be greedy, sample or beam, got {decoding!r}")
@@ -110,7 +121,7 @@ class Predictor:
         if g.mode == "sample":
             if batch_idx or dataloader_idx:
                 return []
-            return decode_prior(model, g.n, g.max_length or 100, g.decoding, g.temperature, g.beam_width, gen)
+            return decode_prior(model, g.n, g.max_length or PRIOR_MAX_LENGTH, g.decoding, g.temperature, g.beam_width, gen)
         z = model.encoder(tokens, lengths)[0] if model.encoder is not None else None
         if g.mode == "interpolate":
             if self.pending_mu is not None:
@@ -121,45 +132,56 @@ class Predictor:
                 return []
             z = torch.cat([line(a, b, g.steps) for a, b in zip(z[0::2], z[1::2])])
         n = tokens.size(0) if z is None else z.size(0)
-        max_length = g.max_length or (int(lengths.max()) + 20 if g.mode == "reconstruct" else 100)
+        max_length = g.max_length or default_max_length(lengths if g.mode == "reconstruct" else None)
         return decode(model, z, n, max_length, g.decoding, g.temperature, g.beam_width, gen)
 
 
 # ---------------------------------------------------------------- the Python API
-def _settings(decoding: str | None, temperature: float, beam_width: int) -> str:
-    """The API's default: greedy when temperature is 0, else sampled."""
-    decoding = decoding or ("sample" if temperature > 0 else "greedy")
+# Same defaults as `seqvae predict` (DEFAULTS): greedy decoding, reconstructions up to the
+# batch's longest input + 20 tokens, prior samples and paths up to 100. A temperature given
+# without a decoding means sampling at that temperature.
+def _settings(decoding: str | None, temperature: float | None, beam_width: int) -> tuple[str, float]:
+    if decoding is None:
+        decoding = "sample" if temperature is not None and temperature > 0 else DEFAULTS.decoding
+    temperature = DEFAULTS.temperature if temperature is None else temperature
     check_decoding(decoding, temperature, beam_width)
-    return decoding
+    return decoding, temperature
 
 
 def _generator(model, seed: int | None):
     return None if seed is None else torch.Generator(device=model.device).manual_seed(seed)
 
 
-def reconstruct(model, texts, temperature=0.0, max_length=100, batch_size=64, decoding=None, beam_width=5, seed=None):
-    decoding = _settings(decoding, temperature, beam_width)
+def reconstruct(
+    model, texts, temperature=None, max_length=None, batch_size=64, decoding=None, beam_width=DEFAULTS.beam_width, seed=None
+):
+    decoding, temperature = _settings(decoding, temperature, beam_width)
     gen, out = _generator(model, seed), []
     with inference(model):
         for b in text_batches(model, list(texts), batch_size):
             z = model.encoder(b["tokens"], b["lengths"])[0] if model.encoder is not None else None
-            out += decode(model, z, b["tokens"].size(0), max_length, decoding, temperature, beam_width, gen)
+            length = max_length or default_max_length(b["lengths"])
+            out += decode(model, z, b["tokens"].size(0), length, decoding, temperature, beam_width, gen)
     return out
 
 
-def interpolate(model, a, b, steps=5, max_length=100, temperature=0.0, decoding=None, beam_width=5, seed=None):
+def interpolate(
+    model, a, b, steps=DEFAULTS.steps, max_length=None, temperature=None, decoding=None, beam_width=DEFAULTS.beam_width, seed=None
+):
     if model.encoder is None:
         raise RuntimeError("the language model has no latent space to interpolate in")
-    decoding = _settings(decoding, temperature, beam_width)
+    decoding, temperature = _settings(decoding, temperature, beam_width)
     mu, _ = model.encode([a, b])
     with inference(model):
         z = line(mu[0], mu[1], steps)
-        return decode(model, z, steps, max_length, decoding, temperature, beam_width, _generator(model, seed))
+        length = max_length or PRIOR_MAX_LENGTH
+        return decode(model, z, steps, length, decoding, temperature, beam_width, _generator(model, seed))
 
 
-def sample(model, n, temperature=1.0, max_length=100, decoding=None, beam_width=5, seed=None):
+def sample(model, n, temperature=None, max_length=None, decoding=None, beam_width=DEFAULTS.beam_width, seed=None):
     if model.vocab is None:
         raise RuntimeError("this model has no vocabulary: load it from a checkpoint or train it first")
-    decoding = _settings(decoding, temperature, beam_width)
+    decoding, temperature = _settings(decoding, temperature, beam_width)
     with inference(model):
-        return decode_prior(model, n, max_length, decoding, temperature, beam_width, _generator(model, seed))
+        length = max_length or PRIOR_MAX_LENGTH
+        return decode_prior(model, n, length, decoding, temperature, beam_width, _generator(model, seed))

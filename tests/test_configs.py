@@ -99,10 +99,28 @@ def test_predict_writes_one_reconstruction_per_input_line_in_order(tiny, tmp_pat
     from seqvae import SeqVAE
 
     model = SeqVAE.load_from_checkpoint(ckpt)
-    # file order kept: line i of the output is the API's reconstruction of input line i
-    # (predict caps the length at the batch's longest input + 20)
-    cap = max(len(t.split()) for t in lines) + 2 + 20
-    assert out == [model.reconstruct([t], max_length=cap)[0] for t in lines]
+    # file order kept: line i of the output is the API's reconstruction of input line i, with the
+    # same defaults (greedy, at most the batch's longest input + 20 tokens)
+    assert out == model.reconstruct(lines)
+    from seqvae import generation
+
+    lengths = []
+    real_decode = generation.decode
+
+    def recording(model, z, n, max_length, *args):
+        lengths.append(max_length)
+        return real_decode(model, z, n, max_length, *args)
+
+    generation.decode, predicted = recording, lengths
+    try:
+        SeqVAECLI(args=["predict", *common, f"--data.predict={tmp_path / 'in.txt'}", f"--ckpt_path={ckpt}"])
+        predicted, lengths = lengths, []
+        model.reconstruct(lines)
+        model.sample(2)
+        model.interpolate(*lines[:2])
+    finally:
+        generation.decode = real_decode
+    assert predicted == [11 + 2 + 20] and lengths == [11 + 2 + 20, 100, 100]
 
 
 def test_export_and_compare_round_trip(tiny, tmp_path, capsys):
@@ -163,7 +181,9 @@ def test_predict_generation_modes(tiny, tmp_path, capsys):
     first = predict(*prior, "--model.generation.stdout=true")
     assert capsys.readouterr().out == "".join(t + "\n" for t in first) and len(first) == 7
     assert predict(*prior) == first  # same seed, same texts
-    assert first == model.sample(7, seed=2)  # the API with the same seed draws the same z and words
+    assert first == model.sample(7, decoding="sample", seed=2)  # the API with the same seed draws the same z and words
+    greedy = predict("--model.generation.mode=sample", "--model.generation.n=7", "--model.generation.seed=2")
+    assert greedy == model.sample(7, seed=2)  # the same default decoding (greedy) both ways
     steps = ["--model.generation.mode=interpolate", "--model.generation.steps=3", "--model.generation.max_length=12"]
     path = predict(*steps, "--data.eval_batch_size=3")  # a pair split across two batches
     assert len(path) == 2 * 3
