@@ -64,8 +64,9 @@ def _as_url(source: str) -> str:
     parts = urllib.parse.urlsplit(source)
     if parts.scheme in ("http", "https", "ftp"):
         return source
+    source, fragment = source.rsplit("#", 1) if "#" in source else (source, "")  # ARCHIVE#DIR
     path = Path(urllib.request.url2pathname(parts.path) if parts.scheme == "file" else source).resolve()
-    return path.as_uri() + ("/" if path.is_dir() else "")
+    return path.as_uri() + ("/" if path.is_dir() else "") + (f"#{fragment}" if fragment else "")
 
 
 def _open(url: str):
@@ -117,30 +118,84 @@ def _fetch(url: str, path: Path) -> str | None:
     return None if want else f"{digest.hexdigest()}  {url}"
 
 
+def _fetch_first(folder: str, names: list[str], path: Path) -> str | None:
+    """The first of `names` the folder has (a folder of `train.txt` … as well as `ptb.train.txt` …)."""
+    for name in names[:-1]:
+        try:
+            return _fetch(folder + name, path)
+        except Failure as err:
+            if "checksum" in str(err):
+                raise
+    try:
+        return _fetch(folder + names[-1], path)
+    except Failure as err:
+        raise Failure(f"{folder} has none of {', '.join(names)} ({err})") from None
+
+
+def split_names(pattern: str, split: str) -> list[str]:
+    """File names a split may have, in order of preference: the release's own (`ptb.valid.txt`),
+    then the generic layouts other copies use (`valid.txt`; `dev.txt`, `validation.txt`)."""
+    generic = {"valid": ["valid.txt", "dev.txt", "validation.txt"]}.get(split, [f"{split}.txt"])
+    return [pattern.format(split), *generic]
+
+
+def choose_splits(names: list[str], pattern: str, url: str) -> dict[str, str]:
+    """split -> member name, the three from one folder of the archive: the release's own names
+    before the generic ones, then the shallowest folder. Two equally good folders (an archive of
+    several corpora, each with its train.txt …) are an error naming them: `--url ARCHIVE#DIR`
+    picks one."""
+    by_dir: dict[str, set[str]] = {}
+    for name in names:
+        by_dir.setdefault(posixpath.dirname(name), set()).add(posixpath.basename(name))
+    candidates = {s: split_names(pattern, s) for s in SPLITS}
+    for own in (True, False):  # the release's names, then the generic ones
+        found = {}
+        for folder, files in by_dir.items():
+            pick = {s: next((f for f in (c[:1] if own else c[1:]) if f in files), None) for s, c in candidates.items()}
+            if all(pick.values()):
+                found[folder] = {s: posixpath.join(folder, f) for s, f in pick.items()}
+        if found:
+            depth = {f: len(f.split("/")) if f else 0 for f in found}
+            best = sorted(f for f in found if depth[f] == min(depth.values()))
+            if len(best) > 1 and not own:
+                listed = ", ".join(f"{f}/" for f in best)
+                raise Failure(f"archive {url} holds several corpora ({listed}); add #DIR to --url to pick one")
+            return found[best[0]]
+    # Name what is missing where the release's files are (or would be).
+    have = {f: sum(c[0] in files for c in candidates.values()) for f, files in by_dir.items()}
+    folder = max(have, key=lambda f: (have[f], -len(f)), default="")
+    missing = [c[0] for c in candidates.values() if c[0] not in by_dir.get(folder, set())]
+    where = f" in {folder}/" if folder else ""
+    raise Failure(f"archive {url} has no {', '.join(missing)}{where} (nor train.txt, valid.txt/dev.txt, test.txt in one folder)")
+
+
 def _unpack(archive: Path, url: str, pattern: str, out: Path) -> None:
-    """Copy each split out of a zip or tar archive, matched by file name wherever it sits in the archive.
+    """Copy each split out of a zip or tar archive (the layouts `choose_splits` accepts; a URL
+    fragment `#DIR` keeps only members under DIR).
 
     Reading members directly instead of extractall() writes only the files we want and cannot be tricked
     into writing outside the temporary directory by a hostile member path."""
+    subdir = urllib.parse.unquote(urllib.parse.urldefrag(url).fragment).strip("/")
     try:
         if zipfile.is_zipfile(archive):
             box = zipfile.ZipFile(archive)
-            members = [(n, n) for n in box.namelist() if not n.endswith("/")]
+            members = {n: n for n in box.namelist() if not n.endswith("/")}
             read = box.open
         elif tarfile.is_tarfile(archive):
             box = tarfile.open(archive)  # compression (gz/bz2/xz) is detected from the bytes
-            members = [(m.name, m) for m in box.getmembers() if m.isfile()]
+            members = {m.name: m for m in box.getmembers() if m.isfile()}
             read = box.extractfile
         else:
             raise Failure(f"{url} is not a zip or tar archive")
         with box:
-            by_name: dict = {}
-            for name, member in sorted(members, key=lambda m: m[0].count("/")):  # shallowest copy wins
-                by_name.setdefault(posixpath.basename(name), member)
-            for split in SPLITS:
-                if pattern.format(split) not in by_name:
-                    raise Failure(f"archive {url} has no {pattern.format(split)}")
-                with read(by_name[pattern.format(split)]) as src, open(out / f"{split}.txt", "wb") as dst:
+            names = [n.lstrip("./") or n for n in members]
+            members = dict(zip(names, members.values()))
+            if subdir:
+                names = [n for n in names if n.startswith(subdir + "/")]
+                if not names:
+                    raise Failure(f"archive {url} has no folder {subdir!r}")
+            for split, name in choose_splits(names, pattern, url).items():
+                with read(members[name]) as src, open(out / f"{split}.txt", "wb") as dst:
                     shutil.copyfileobj(src, dst, 1 << 20)
     except (OSError, EOFError, zlib.error, tarfile.TarError, zipfile.BadZipFile) as err:  # truncated/corrupt
         raise Failure(f"cannot read archive {url}: {err}") from None
@@ -161,9 +216,9 @@ def _install(name: str, url: str, dest: Path, target: Path) -> list[str]:
         out = tmp / name
         out.mkdir()
         if url.endswith("/"):
-            sums = [_fetch(url + pattern.format(s), out / f"{s}.txt") for s in SPLITS]
+            sums = [_fetch_first(url, split_names(pattern, s), out / f"{s}.txt") for s in SPLITS]
         else:
-            sums = [_fetch(url, tmp / "archive")]
+            sums = [_fetch(urllib.parse.urldefrag(url).url, tmp / "archive")]
             _unpack(tmp / "archive", url, pattern, out)
         for split in SPLITS:
             if (out / f"{split}.txt").stat().st_size == 0:
@@ -200,7 +255,12 @@ def main(argv: list[str] | None = None) -> int:
     add = parser.add_argument
     add("name", choices=list(SOURCES), help="corpus to fetch")
     add("--dest", required=True, type=Path, help="directory that receives <name>/")
-    add("--url", help="other source: archive URL or path, or a folder (URL ending in /) of split files")
+    add(
+        "--url",
+        help="other source: archive URL or path (ARCHIVE#DIR: only that folder of it), or a folder (URL ending in /) of "
+        "split files; split files named as the release names them (ptb.train.txt) or train.txt, valid.txt (dev.txt, "
+        "validation.txt), test.txt",
+    )
     add("--force", action="store_true", help="replace DEST/<name>, once the new one is complete")
     args = parser.parse_args(argv)
 

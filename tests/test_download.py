@@ -281,3 +281,59 @@ def test_help_names_the_subcommand(capsys):
     with pytest.raises(SystemExit):
         download.main(["--help"])
     assert capsys.readouterr().out.startswith("usage: seqvae download")
+
+
+GENERIC = {  # PTB as other copies lay it out: train.txt, valid.txt, test.txt
+    "train.txt": PTB["ptb.train.txt"],
+    "valid.txt": PTB["ptb.valid.txt"],
+    "test.txt": PTB["ptb.test.txt"],
+}
+
+
+def test_ptb_generic_names_in_a_zip_and_dev_for_valid(tmp_path, capsys):
+    archive = zip_(tmp_path / "penn.zip", {f"penn/{k}": v for k, v in GENERIC.items()} | {"README.txt": b"x\n"})
+    rc, _, err = run(capsys, "ptb", "--dest", tmp_path / "d", "--url", archive)
+    assert (rc, err) == (0, "")
+    assert contents(tmp_path / "d" / "ptb") == {"train.txt": PTB["ptb.train.txt"], "valid.txt": PTB["ptb.valid.txt"],
+                                                "test.txt": PTB["ptb.test.txt"]}  # fmt: skip
+    dev = {("dev.txt" if k == "valid.txt" else k): v for k, v in GENERIC.items()}
+    archive = tar_gz(tmp_path / "dev.tgz", dev)
+    rc, _, err = run(capsys, "ptb", "--dest", tmp_path / "e", "--url", archive)
+    assert (rc, err) == (0, "") and (tmp_path / "e" / "ptb" / "valid.txt").read_bytes() == PTB["ptb.valid.txt"]
+
+
+def test_release_names_win_over_generic_ones(tmp_path, capsys):
+    files = {f"data/{k}": v for k, v in PTB.items()} | {k: b"generic, shallower\n" for k in GENERIC}
+    rc, _, err = run(capsys, "ptb", "--dest", tmp_path / "d", "--url", zip_(tmp_path / "a.zip", files))
+    assert (rc, err) == (0, "")
+    assert contents(tmp_path / "d" / "ptb") == splits(PTB, "ptb.{}.txt")
+
+
+def test_archive_of_several_corpora_needs_a_folder(tmp_path, capsys):
+    """An archive like PyTorch's word_language_model data/: penn/ and wikitext-2/ both hold train.txt …"""
+    files = {f"data/penn/{k}": v for k, v in GENERIC.items()} | {f"data/wikitext-2/{k}": b"w\n" for k in GENERIC}
+    archive = zip_(tmp_path / "data.zip", files)
+    rc, _, err = run(capsys, "ptb", "--dest", tmp_path / "d", "--url", archive)
+    assert rc == 1
+    assert_one_error(err, "several corpora (data/penn/, data/wikitext-2/)", "#DIR")
+    assert not (tmp_path / "d").exists()
+    rc, _, err = run(capsys, "ptb", "--dest", tmp_path / "d", "--url", f"{archive.as_uri()}#data/penn")
+    assert (rc, err) == (0, "")
+    assert (tmp_path / "d" / "ptb" / "train.txt").read_bytes() == PTB["ptb.train.txt"]
+    rc, _, err = run(capsys, "ptb", "--dest", tmp_path / "e", "--url", f"{archive.as_uri()}#data/nope")
+    assert rc == 1
+    assert_one_error(err, "has no folder 'data/nope'")
+
+
+def test_folder_of_generic_files(tmp_path, capsys):
+    src = tmp_path / "src"
+    src.mkdir()
+    for name, data in GENERIC.items():
+        (src / name).write_bytes(data)
+    rc, _, err = run(capsys, "ptb", "--dest", tmp_path / "d", "--url", src)
+    assert (rc, err) == (0, "")
+    assert (tmp_path / "d" / "ptb" / "test.txt").read_bytes() == PTB["ptb.test.txt"]
+    (src / "test.txt").unlink()
+    rc, _, err = run(capsys, "ptb", "--dest", tmp_path / "e", "--url", src)
+    assert rc == 1
+    assert_one_error(err, "has none of ptb.test.txt, test.txt")
