@@ -327,6 +327,38 @@ class TextSamples(Callback):
         experiment.add_text("val/samples", "\n".join(lines), global_step=trainer.global_step)
 
 
+class LatentDimensions(Callback):
+    """At every validation of a fit and at the end of a test, a TensorBoard image
+    (`val/latent_dimensions`, `test/latent_dimensions`; `plots.latent_figure`): per latent
+    dimension, Var_x(E[z_d]) against AU's threshold and the mean KL_d. It shows which units are
+    active, not only how many.
+
+    Args:
+        enabled: Write the image (needs matplotlib and a TensorBoard logger).
+    """
+
+    def __init__(self, enabled: bool = True):
+        self.enabled = enabled
+
+    def _draw(self, trainer, pl_module, stage: str) -> None:
+        dims = getattr(pl_module, "latent_dimensions", None)
+        experiment = getattr(trainer.logger, "experiment", None)
+        if not self.enabled or dims is None or not trainer.is_global_zero or not hasattr(experiment, "add_figure"):
+            return
+        from .plots import latent_figure
+
+        title = f"{stage}, epoch {trainer.current_epoch + 1}" if stage == "val" else stage
+        fig = latent_figure(dims["var_mu"], dims["kl"], title=title)
+        experiment.add_figure(f"{stage}/latent_dimensions", fig, global_step=trainer.global_step)
+
+    def on_validation_end(self, trainer, pl_module):
+        if not trainer.sanity_checking and trainer.state.fn == "fit":
+            self._draw(trainer, pl_module, "val")
+
+    def on_test_end(self, trainer, pl_module):
+        self._draw(trainer, pl_module, "test")
+
+
 def _cell(text: str) -> str:
     return text.replace("|", "\\|") or "(empty)"
 

@@ -19,7 +19,7 @@ from pytorch_lightning.cli import LightningCLI, SaveConfigCallback
 from pytorch_lightning.loggers import TensorBoardLogger
 
 from .allocator import reuse_freed_memory
-from .callbacks import EpochLine, PeriodicCheckpoint, PlateauRule, TextSamples
+from .callbacks import EpochLine, LatentDimensions, PeriodicCheckpoint, PlateauRule, TextSamples
 from .commands import main  # noqa: F401  (the entry point; `seqvae.cli.main` kept for scripts and tests)
 from .data import CorpusError, TextDataModule, load_checkpoint
 from .model import AGGRESSIVE_DDP, ConfigError, NonFiniteError, SeqVAE
@@ -116,6 +116,7 @@ class SeqVAECLI(LightningCLI):
         parser.add_lightning_class_args(PlateauRule, "plateau")
         parser.add_lightning_class_args(PeriodicCheckpoint, "periodic_checkpoint")
         parser.add_lightning_class_args(TextSamples, "text_samples")
+        parser.add_lightning_class_args(LatentDimensions, "latent_dimensions")
 
     def parse_arguments(self, parser, args):
         self._command_line = list(args) if isinstance(args, (list, tuple)) else sys.argv[1:] if args is None else []

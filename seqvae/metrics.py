@@ -251,6 +251,7 @@ class EvalMetrics(Metric):
             self.add_state(name, torch.zeros((), **f64), dist_reduce_fx="sum")
         self.add_state("mu_sum", torch.zeros(latent_dim, **f64), dist_reduce_fx="sum")
         self.add_state("mu_sq_sum", torch.zeros(latent_dim, **f64), dist_reduce_fx="sum")
+        self.add_state("kl_dim_sum", torch.zeros(latent_dim, **f64), dist_reduce_fx="sum")
         self.add_state("unit_sum", torch.zeros(feature_dim, **f64), dist_reduce_fx="sum")
         self.add_state("feature_sum", torch.zeros(feature_dim, **f64), dist_reduce_fx="sum")
         self.add_state("feature_outer", torch.zeros(feature_dim, feature_dim, **f64), dist_reduce_fx="sum")
@@ -294,6 +295,8 @@ class EvalMetrics(Metric):
         mu64 = mu.double()
         self.mu_sum += mu64.sum(0)
         self.mu_sq_sum += (mu64**2).sum(0)
+        lv64 = logvar.double()
+        self.kl_dim_sum += (0.5 * (mu64**2 + lv64.exp() - 1 - lv64)).sum(0)  # KL(q || N(0, I)) per dimension
         h64 = features.double()
         self.unit_sum += torch.nn.functional.normalize(h64, dim=-1).sum(0)
         self.feature_sum += h64.sum(0)
@@ -336,6 +339,16 @@ class EvalMetrics(Metric):
                     mus.double(), logvars.double(), gen, samples=MI_DATASET_SAMPLES, return_se=True
                 )
         return {k: v.float() for k, v in out.items()}
+
+    def per_dimension(self) -> dict[str, torch.Tensor]:
+        """Per latent dimension, float64 on the CPU: `var_mu` = Var_x(E_q[z_d]) (divisor N-1; AU
+        counts the dimensions with var_mu ≥ 0.01) and `kl` = the mean over texts of KL(q(z_d|x) ||
+        N(0, 1)) (the posterior given; summed over d it is the test KL of a Gaussian-prior model).
+        Call before reset()."""
+        with self.sync_context(dist_sync_fn=self.dist_sync_fn, should_sync=self._to_sync, should_unsync=self._should_unsync):
+            n = int(self.n)
+            var = (self.mu_sq_sum - self.mu_sum**2 / n) / (n - 1) if n > 1 else torch.full_like(self.mu_sum, float("nan"))
+            return {"var_mu": var.cpu(), "kl": (self.kl_dim_sum / max(n, 1)).cpu()}
 
     def per_text_rows(self) -> dict[str, torch.Tensor]:
         """The per-text columns (per_text=True) over all updates (and all ranks under DDP),

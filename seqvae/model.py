@@ -275,6 +275,7 @@ class SeqVAE(pl.LightningModule):
 
     def _log_eval(self, stage: str, metrics: EvalMetrics) -> dict[str, float]:
         values = {f"{stage}/{k}": v for k, v in metrics.compute().items()}
+        self.latent_dimensions = metrics.per_dimension() if self.encoder is not None else None  # LatentDimensions
         metrics.reset()
         self.log_dict(values)
         return values

@@ -47,6 +47,8 @@ IGNORED = (
     "model.aggressive.init_args.seed",  # the run's seed since it defaults to seed_everything
     "data.vocab",  # a re-test reads the vocabulary from its checkpoint: the same one
     "verbose",  # `seqvae test`'s printing switch
+    # what a run shows while it runs (TensorBoard text and images, a progress bar in a terminal)
+    "text_samples", "latent_dimensions", "trainer.enable_progress_bar", "trainer.enable_model_summary",
 )  # fmt: skip
 
 

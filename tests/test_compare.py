@@ -352,6 +352,9 @@ def test_runs_from_before_and_after_new_run_mechanics_keys_group_together(tmp_pa
     config["periodic_checkpoint"] = {"every_n_minutes": 10.0, "every_n_batches": None}
     config["model"]["generation"] = {"mode": "reconstruct", "decoding": "greedy"}
     config["trainer"]["use_distributed_sampler"] = False
+    config["trainer"]["enable_progress_bar"] = True  # run in a terminal
+    config["text_samples"] = {"n": 4, "max_length": 40}
+    config["latent_dimensions"] = {"enabled": True}
     (new / "config.yaml").write_text(yaml.safe_dump(config))
     groups = compare.group_runs(compare.find_runs([str(old), str(new)]))
     assert len(groups) == 1 and groups[0]["stats"]["iw_nll"]["mean"] == 401.0

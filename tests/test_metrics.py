@@ -764,3 +764,24 @@ def test_per_text_rows_and_se_gathered_over_ddp_ranks(tmp_path):
         assert_rows({k: v if k in ("index", "tokens") else v.double() for k, v in rows.items()})
         assert r["out"]["iw_nll_se"] == pytest.approx(math.sqrt(0.25**2 + 0.5**2) / 2, abs=1e-7)
         assert r["out"]["loss"] == pytest.approx(sum(EXPECTED_ROWS["neg_elbo"]) / 6, rel=1e-6)
+
+
+def test_per_dimension_variance_and_kl_match_direct_formulas_over_chunks():
+    """Var_x(E[z_d]) and mean KL_d from the float64 sums, fed in uneven chunks, equal the direct
+    formulas on all rows; AU is the count of var_mu ≥ 0.01; Σ_d KL_d is the KL of Gaussian rows."""
+    from seqvae.metrics import EvalMetrics
+
+    n, z = 37, 5
+    mu, logvar = posterior(n, z, 41)
+    mu[:, 3] = 0.7 + 0.01 * mu[:, 3]  # a nearly constant dimension: variance 1e-4, inactive
+    m = EvalMetrics(z, 3, mi_dataset=False)
+    for s, e in ((0, 10), (10, 11), (11, 37)):
+        b = e - s
+        kl = gaussian_kl(mu[s:e], logvar[s:e]).sum(-1)
+        m.update(torch.zeros(b, dtype=F64), kl, torch.ones(b), mu[s:e], logvar[s:e], torch.randn(b, 3, dtype=F64))
+    dims = m.per_dimension()
+    assert torch.allclose(dims["var_mu"], mu.var(0), rtol=1e-10, atol=1e-14)
+    direct = (0.5 * (mu**2 + logvar.exp() - 1 - logvar)).mean(0)
+    assert torch.allclose(dims["kl"], direct, rtol=1e-12)
+    assert float(dims["kl"].sum()) == pytest.approx(float(m.compute()["kl"]), rel=1e-6)
+    assert int(m.compute()["au"]) == int((dims["var_mu"] >= 0.01).sum()) == 4

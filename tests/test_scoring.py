@@ -230,17 +230,19 @@ def _has(acc, plugin: str) -> bool:
 
 def test_tensorboard_holds_hparams_with_test_metrics_and_text_samples(trained):
     """Read back with TensorBoard's own loader: the HPARAMS tab's records (settings, the test
-    scalars named as metrics) and, per validation, the TEXT entry with inputs, reconstructions
-    and prior samples."""
+    scalars named as metrics), per validation the TEXT entry with inputs, reconstructions and
+    prior samples, and the per-dimension image of Var(E[z_d]) and KL_d."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
     from tensorboard.plugins.hparams import plugin_data_pb2
 
     _, run_dir = trained
-    hparams, texts, scalars = {}, [], set()
+    hparams, texts, scalars, images = {}, [], set(), {}
     for events in sorted(run_dir.glob("events.out.tfevents.*")):
-        acc = EventAccumulator(str(events), size_guidance={"tensors": 0, "scalars": 0})
+        acc = EventAccumulator(str(events), size_guidance={"tensors": 0, "scalars": 0, "images": 0})
         acc.Reload()
         scalars |= set(acc.Tags()["scalars"])
+        for tag in acc.Tags()["images"]:
+            images.setdefault(tag, []).extend(acc.Images(tag))
         plugins = acc.PluginTagToContent("hparams") if _has(acc, "hparams") else {}
         for tag, content in plugins.items():
             hparams[tag] = plugin_data_pb2.HParamsPluginData.FromString(content)
@@ -256,3 +258,6 @@ def test_tensorboard_holds_hparams_with_test_metrics_and_text_samples(trained):
     assert len(texts) == 1  # one validation epoch
     assert "| input | reconstruction |" in texts[0] and "from the prior" in texts[0]
     assert texts[0].count("\n| ") >= 8  # 4 inputs with their reconstructions, 4 prior samples
+    # the per-dimension picture of what AU counts: once per validation, once for the test
+    assert {tag: len(v) for tag, v in images.items()} == {"val/latent_dimensions": 1, "test/latent_dimensions": 1}
+    assert images["test/latent_dimensions"][0].encoded_image_string[:8] == b"\x89PNG\r\n\x1a\n"
