@@ -261,3 +261,29 @@ def test_tensorboard_holds_hparams_with_test_metrics_and_text_samples(trained):
     # the per-dimension picture of what AU counts: once per validation, once for the test
     assert {tag: len(v) for tag, v in images.items()} == {"val/latent_dimensions": 1, "test/latent_dimensions": 1}
     assert images["test/latent_dimensions"][0].encoded_image_string[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_real_tensorboard_serves_the_hparams_text_and_image_data(trained):
+    """A TensorBoard server on the run (in this process, a free port), asked over HTTP as its web
+    page asks: the HPARAMS tab's experiment lists the settings and the test metrics, the TEXT tab
+    the samples, the IMAGES tab the per-dimension picture."""
+    import urllib.request
+
+    from tensorboard import program
+
+    _, run_dir = trained
+    board = program.TensorBoard()
+    board.configure(argv=[None, "--logdir", str(run_dir.parent), "--host", "127.0.0.1", "--port", "0", "--load_fast", "false"])
+    url = board.launch()
+
+    def get(path: str, body: dict | None = None):
+        data = None if body is None else json.dumps(body).encode()
+        headers = {"Content-Type": "application/json", "X-XSRF-Protected": "1"}
+        with urllib.request.urlopen(urllib.request.Request(url + path, data=data, headers=headers), timeout=60) as r:
+            return json.loads(r.read())
+
+    experiment = get("data/plugin/hparams/experiment", {"experimentName": ""})
+    assert {"pooling", "kl_schedule", "latent_dim", "seed"} <= {h["name"] for h in experiment["hparamInfos"]}
+    assert {"test/iw_nll", "test/kl", "test/mi", "test/au"} <= {m["name"]["tag"] for m in experiment["metricInfos"]}
+    assert get("data/plugin/text/tags") == {"version_0": ["val/samples/text_summary"]}
+    assert sorted(get("data/plugin/images/tags")["version_0"]) == ["test/latent_dimensions", "val/latent_dimensions"]
