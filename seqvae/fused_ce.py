@@ -2,7 +2,7 @@
 
 The plain path writes N×V logits, a log-softmax copy of them, and in training a zeroed and filled
 N×V gradient (at 32 × 80 tokens and V = 16k, ~166 MB each). Here the rows are processed in chunks
-whose logits stay within `CHUNK_ELEMENTS`; a chunk holds whole rows, so its log-sum-exp is final
+whose logits stay within `CHUNK_ELEMENTS`; a chunk holds whole rows, so its log-softmax is final
 and, when gradients are needed, its softmax gradient is formed right away and added to dL/dh,
 dL/dW and dL/dbias in the same pass (as Liger's fused linear-cross-entropy does for LLMs): the
 backward then only scales them. That is exact when the incoming gradient is the same for every row
@@ -10,7 +10,7 @@ backward then only scales them. That is exact when the incoming gradient is the 
 other incoming gradient the backward recomputes each chunk's logits (one more GEMM) instead.
 Plain PyTorch ops: it runs on any device.
 
-Values: logits, log-sum-exp and softmax are fp32, as the plain path's `logits.float()`; under
+Values: logits, log-softmax and softmax are fp32, as the plain path's `logits.float()`; under
 autocast the GEMMs run in the autocast dtype (bf16), as `nn.Linear`'s would.
 """
 
@@ -38,29 +38,26 @@ def _compute_dtype(t: torch.Tensor) -> torch.dtype:
 
 
 def _softmax_grads(h, weight, bias, bias_index, targets, rows, dtype, grads=None, scale=None):
-    """Per-row NLL and log-sum-exp (N,), chunk by chunk. With `grads` (dh, dW, db; None for those
-    not needed) also adds each chunk's d NLL / d (h, W, bias), each row's times `scale` (or 1)."""
+    """Per-row NLL (N,), chunk by chunk. With `grads` (dh, dW, db; None for those not needed)
+    also adds each chunk's d NLL / d (h, W, bias), each row's times `scale` (or 1)."""
     h, weight = h.to(dtype), weight.to(dtype)  # no-ops unless autocast asks for bf16
     n = h.size(0)
-    lse = torch.empty(n, dtype=_wide(dtype), device=h.device)
-    nll = torch.empty_like(lse)
+    nll = torch.empty(n, dtype=_wide(dtype), device=h.device)
     for start in range(0, n, rows):
         stop = min(start + rows, n)
         logits = h[start:stop] @ weight.T
         logits = logits.to(_wide(logits.dtype))  # (C, V)
         if bias is not None:
             logits += bias.index_select(0, bias_index[start:stop])
+        # log_softmax: one fused kernel, as the plain path's cross-entropy (max, sum of exps, write)
+        logp = torch.log_softmax(logits, 1)
+        del logits
         picked = torch.arange(stop - start, device=h.device), targets[start:stop]
-        target_logit = logits[picked]
-        m = logits.amax(1)
-        p = logits.sub_(m[:, None]).exp_()  # in place: one C×V buffer per chunk
-        total = p.sum(1)
-        lse[start:stop] = total.log() + m
-        nll[start:stop] = lse[start:stop] - target_logit
+        nll[start:stop] = -logp[picked]
         if grads is None:
             continue
         # d nll / d logits = softmax − onehot(target)
-        g = p.div_(total[:, None])
+        g = logp.exp_()
         g[picked] -= 1
         if scale is not None:
             g *= scale[start:stop, None]
@@ -74,7 +71,7 @@ def _softmax_grads(h, weight, bias, bias_index, targets, rows, dtype, grads=None
             dw.addmm_(g.T, h[start:stop])
         elif dw is not None:
             dw += g.T @ h[start:stop]  # bf16 products, summed over the chunks in fp32
-    return nll, lse
+    return nll
 
 
 def _empty_grads(needs, h, weight, bias):
@@ -93,7 +90,7 @@ class LinearCrossEntropy(torch.autograd.Function):
         ctx.dtype, ctx.rows = _compute_dtype(h), rows
         grads = _empty_grads(ctx.needs_input_grad, h, weight, bias)
         with torch.autocast(h.device.type, enabled=False):  # the casts are explicit, here and in backward
-            nll, _ = _softmax_grads(h, weight, bias, bias_index, targets, rows, ctx.dtype, grads)
+            nll = _softmax_grads(h, weight, bias, bias_index, targets, rows, ctx.dtype, grads)
         ctx.save_for_backward(h, weight, bias, bias_index, targets, *grads)
         return nll
 
@@ -134,4 +131,4 @@ def linear_cross_entropy(
         return LinearCrossEntropy.apply(h, weight, bias, bias_index, targets, rows)
     dtype = _compute_dtype(h)
     with torch.autocast(h.device.type, enabled=False):
-        return _softmax_grads(h, weight, bias, bias_index, targets, rows, dtype)[0]
+        return _softmax_grads(h, weight, bias, bias_index, targets, rows, dtype)
