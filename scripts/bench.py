@@ -1,6 +1,13 @@
 """Throughput benchmark of SeqVAE: GEMM peak, training tokens/s, IW-NLL documents/s, peak memory.
 
-    python scripts/bench.py [--quick] [--device cpu|cuda] [--bf16] [--json PATH]
+    python scripts/bench.py [--quick] [--threads N] [--device cpu|cuda] [--bf16] [--json PATH]
+    python scripts/bench.py --profile [--threads N]   # torch.profiler op tables of the small config
+
+It measures what `seqvae` runs: the glibc allocator setting of the `seqvae` command
+(`allocator.reuse_freed_memory`), and the model's own `loss_terms` / `decoder.log_likelihood`, once
+with the fused output layer + cross-entropy (`fused_output=True`, the default) and once with the
+plain logits path (`fused_output=False`), side by side. Every measurement (config × path × part)
+runs in a child process of its own, so its peak RSS (`ru_maxrss`) is that measurement's alone.
 
 Analytic FLOPs (multiply-add = 2 FLOPs; GEMMs only: embedding lookups, gate nonlinearities,
 softmax/cross-entropy, the posterior layer and z -> c0 are not counted). For a bucket batch of
@@ -25,6 +32,7 @@ import logging
 import math
 import os
 import resource
+import subprocess
 import sys
 import time
 import warnings
@@ -33,6 +41,7 @@ from pathlib import Path
 import pytorch_lightning as pl
 import torch
 
+from seqvae.allocator import reuse_freed_memory
 from seqvae.data import BucketBatchSampler, Vocabulary, read_corpus
 from seqvae.metrics import iw_nll
 from seqvae.model import SeqVAE
@@ -180,23 +189,25 @@ def aggressive_bench(model, batches, warm, device, bf16) -> dict:
     return {k: v / (len(batches) - warm) for k, v in seconds.items()}
 
 
-def profile_aggressive(model, batches, device, bf16, rows=8) -> None:
-    """Prints torch.profiler's top kernels of the inner encoder step, frozen decoder vs full
-    backward (each warmed up first), to show which work the frozen decoder saves."""
-    from torch.profiler import profile
+def profile(cfg, batches, device, bf16, n_samples, rows=12) -> None:
+    """torch.profiler's top ops of training steps and of one IW-NLL decoder call, fused vs plain."""
+    from torch.profiler import profile as torch_profile
 
-    model.train()
-    for frozen in ([model.decoder], []):
-        module_step(model, batches[0], model.encoder, frozen, device, bf16)
-        with profile() as prof:
-            for batch in batches[1:]:
-                module_step(model, batch, model.encoder, frozen, device, bf16)
-        label = "decoder weights frozen (seqvae)" if frozen else "full backward (reference)"
-        print(f"\n  profile of {len(batches) - 1} inner encoder steps, {label}:")
+    for fused in (True, False):
+        model = SeqVAE(**cfg, fused_output=fused).to(device)
+        train_direct(model, batches[:2], 1, device, bf16)  # one warm-up step, one timed
+        with torch_profile() as prof:
+            train_direct(model, batches[1:], 0, device, bf16)
+        print(f"\n  profile of {len(batches) - 1} training steps, fused_output={fused}:")
+        print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=rows))
+        iw_bench(model, batches[0], 1, n_samples, device, bf16)  # warm-up
+        with torch_profile() as prof:
+            iw_bench(model, batches[0], 1, n_samples, device, bf16, warm_up=False)
+        print(f"\n  profile of IW-NLL of one document, K={n_samples}, fused_output={fused}:")
         print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=rows))
 
 
-def iw_bench(model, batch, n_docs, n_samples, device, bf16):
+def iw_bench(model, batch, n_docs, n_samples, device, bf16, warm_up=True):
     """IW-NLL of n_docs equal-length documents at once, as SeqVAE._eval_step computes it."""
     tokens, lengths = batch["tokens"][:n_docs], batch["lengths"][:n_docs]
     model.eval()
@@ -207,43 +218,87 @@ def iw_bench(model, batch, n_docs, n_samples, device, bf16):
             mu, logvar, _ = model.encoder(tokens, lengths)
             return iw_nll(lambda z: model.decoder.log_likelihood(tokens, lengths, z), mu, logvar, k, chunk)
 
-        run(min(chunk, n_samples))  # warm-up: one decoder chunk
+        if warm_up:
+            run(min(chunk, n_samples))  # one decoder chunk
         start = clock(device)
         run(n_samples)
         return clock(device) - start, chunk
 
 
+def measure(spec: dict) -> dict:
+    """One measurement, in a child process: `spec["part"]` of config `spec["config"]` with
+    `fused_output=spec["fused"]`. Returns seconds and counts; the parent turns them into rates."""
+    device, bf16, name = torch.device(spec["device"]), spec["bf16"], spec["config"]
+    cfg = CONFIGS[name]
+    warm, steps, n_docs = (QUICK if spec["quick"] else FULL)[name]
+    batches, source = yahoo_batches(Path(spec["data"]), cfg["vocab_size"], steps)
+    warm_batches = [{"tokens": b["tokens"][:, :WARM_T], "lengths": torch.full((BATCH,), WARM_T)} for b in batches[:warm]]
+    on_device = [{k: v.to(device) for k, v in b.items()} for b in warm_batches + batches]
+    torch.manual_seed(0)
+    model = SeqVAE(**cfg, fused_output=spec["fused"]).to(device)
+    out = {"data": source, "lengths": [b["tokens"].size(1) for b in batches]}
+    if spec["part"] == "train":
+        out["seconds"] = train_direct(model, on_device, warm, device, bf16)
+    elif spec["part"] == "lightning":
+        out["seconds"], inner = train_lightning(model, warm_batches + batches, warm, device, bf16)
+        out["outside_training_step_s_per_step"] = (out["seconds"] - inner) / steps
+    elif spec["part"] == "aggressive":
+        out.update(aggressive_bench(model, on_device, warm, device, bf16))
+    else:  # iw
+        out["seconds"], out["samples_per_decoder_call"] = iw_bench(
+            model, on_device[warm], n_docs, spec["iw_samples"], device, bf16
+        )
+        out["docs"], out["doc_length"] = n_docs, batches[0]["tokens"].size(1)
+    out["memory"] = memory(device)
+    return out
+
+
+def run_child(spec: dict, threads: int | None) -> dict:
+    """`measure(spec)` in a fresh interpreter (its own peak RSS)."""
+    cmd = [sys.executable, __file__, "--child", json.dumps(spec)] + (["--threads", str(threads)] if threads else [])
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
+    if done.returncode or not lines:
+        raise RuntimeError(f"child {spec} failed ({done.returncode}):\n{done.stdout[-2000:]}\n{done.stderr[-4000:]}")
+    return json.loads(lines[-1][len("RESULT ") :])
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--quick", action="store_true", help="few steps and documents (<= 2 min on 2 idle CPU cores)")
+    p.add_argument("--quick", action="store_true", help="few steps and documents (a few minutes on one idle CPU core)")
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     p.add_argument("--bf16", action="store_true", help="bf16 autocast for training and IW")
     p.add_argument("--iw-samples", type=int, default=500)
     p.add_argument("--data", type=Path, default=YAHOO, help="Yahoo text (synthetic ids if missing)")
     p.add_argument("--threads", type=int, help="torch.set_num_threads (default: torch's own)")
     p.add_argument("--json", type=Path, help="also write the figures here")
-    p.add_argument("--profile-aggressive", action="store_true", help="only profile the inner encoder step (small config)")
+    p.add_argument("--paths", default="fused,plain", help="output-layer paths to measure, comma-separated")
+    p.add_argument("--profile", action="store_true", help="only print profiles of the small config (fused and plain)")
+    p.add_argument("--child", help=argparse.SUPPRESS)  # internal: one measurement, JSON spec
     args = p.parse_args()
+    reuse_freed_memory()  # as the `seqvae` command does at start-up (seqvae/cli.py)
     if args.threads:
         torch.set_num_threads(args.threads)
     warnings.filterwarnings("ignore")
     logging.getLogger("pytorch_lightning").setLevel(logging.ERROR)  # no "GPU available: …" banner
+    if args.child:
+        print("RESULT " + json.dumps(measure(json.loads(args.child))))
+        return
     device, threads, began = torch.device(args.device), torch.get_num_threads(), time.perf_counter()
     torch.manual_seed(0)
     res = {"command": " ".join(["python", "scripts/bench.py", *sys.argv[1:]]), "torch": torch.__version__,
            "lightning": pl.__version__, "device": args.device, "cpu_cores": os.cpu_count(), "torch_threads": threads,
            "bf16": args.bf16, "quick": args.quick, "iw_samples": args.iw_samples, "loadavg_start": os.getloadavg(),
-           "gpu": torch.cuda.get_device_name() if device.type == "cuda" else None}  # fmt: skip
+           "allocator": "reuse_freed_memory", "gpu": torch.cuda.get_device_name() if device.type == "cuda" else None}  # fmt: skip
     print(f"torch {torch.__version__} on {res['gpu'] or args.device}, {os.cpu_count()} CPU cores, {threads} torch threads, "
-          f"1-min load average {res['loadavg_start'][0]:.2f}{', bf16 autocast' if args.bf16 else ''}")  # fmt: skip
+          f"1-min load average {res['loadavg_start'][0]:.2f}{', bf16 autocast' if args.bf16 else ''}; "
+          "glibc malloc with reuse_freed_memory() as `seqvae` runs; one child process per measurement")  # fmt: skip
 
-    if args.profile_aggressive:
+    if args.profile:
         cfg = CONFIGS["small"]
         batches, source = yahoo_batches(args.data, cfg["vocab_size"], 4)
         print(f"small config {cfg}; {source}")
-        profile_aggressive(
-            SeqVAE(**cfg).to(device), [{k: v.to(device) for k, v in b.items()} for b in batches], device, args.bf16
-        )
+        profile(cfg, [{k: v.to(device) for k, v in b.items()} for b in batches], device, args.bf16, min(args.iw_samples, 165))
         return
 
     # ---- GEMM (best of reps)
@@ -257,83 +312,81 @@ def main():
             key = f"{str(dtype).split('.')[1]} {shape}"
             gemm[key] = gemm_gflops(m, k, n, dtype, device, 3 if m * n > 2**22 else 10)
             print(f"GEMM {key:<38} {gemm[key]:8.1f} GFLOP/s")
-    res["memory_after_gemm"] = mem = memory(device)
-    print(f"  max RSS after the GEMMs {mem['max_rss_mib']:.0f} MiB")
     peak = gemm.get("bfloat16 square 2048^3" if args.bf16 else "float32 square 2048^3", gemm["float32 square 2048^3"])
 
-    def line(label, seconds, n, count, flops, unit="tokens", per="step", note=""):
-        """Prints and returns one figure (n steps or docs), with the peak memory so far."""
-        mem, gflops = memory(device), flops / seconds / 1e9
+    def line(label, seconds, n, count, flops, mem, unit="tokens", per="step", note=""):
+        """Prints and returns one figure (n steps or docs) with its child's peak memory."""
+        gflops = flops / seconds / 1e9
         cuda = f", cuda {mem['cuda_max_allocated_mib']:.0f} MiB" if "cuda_max_allocated_mib" in mem else ""
-        print(f"  {label:<25}{count / seconds:9.{0 if unit == 'tokens' else 3}f} {unit}/s {seconds / n:7.3f} s/{per} "
-              f"{gflops:6.1f} GFLOP/s = {gflops / peak:5.1%} of peak | max RSS {mem['max_rss_mib']:.0f} MiB{cuda}{note}")  # fmt: skip
-        return {
-            f"{unit}_per_s": count / seconds,
-            f"s_per_{per}": seconds / n,
-            "gflops": gflops,
-            "fraction_of_peak": gflops / peak,
-            "memory": mem,
-        }
+        print(f"  {label:<28}{count / seconds:9.{0 if unit == 'tokens' else 3}f} {unit}/s {seconds / n:7.3f} s/{per} "
+              f"{gflops:6.1f} GFLOP/s = {gflops / peak:5.1%} of peak | peak RSS {mem['max_rss_mib']:5.0f} MiB{cuda}{note}")  # fmt: skip
+        return {f"{unit}_per_s": count / seconds, f"s_per_{per}": seconds / n, "gflops": gflops,
+                "fraction_of_peak": gflops / peak, "memory": mem}  # fmt: skip
 
-    # ---- training and IW per config
+    # ---- training and IW per config and output-layer path, each in its own process
+    paths = {"fused": True, "plain": False}
+    paths = {k: paths[k] for k in args.paths.split(",")}
+    common = dict(device=args.device, bf16=args.bf16, quick=args.quick, data=str(args.data), iw_samples=args.iw_samples)
     for name, cfg in CONFIGS.items():
         warm, steps, n_docs = (QUICK if args.quick else FULL)[name]
-        batches, res["data"] = yahoo_batches(args.data, cfg["vocab_size"], steps)
-        warm_batches = [{"tokens": b["tokens"][:, :WARM_T], "lengths": torch.full((BATCH,), WARM_T)} for b in batches[:warm]]
-        on_device = [{k: v.to(device) for k, v in b.items()} for b in warm_batches + batches]
-        tokens = sum(int((b["lengths"] - 1).sum()) for b in batches)
-        flops = sum(3 * flops_fwd(cfg, BATCH, b["tokens"].size(1)) for b in batches)
         H, V = cfg["hidden_dim"], cfg["vocab_size"]
-        out = res[name] = {"config": cfg, "warmup_steps": warm, "timed_steps": steps, "lengths": [b["tokens"].size(1) for b in batches],
-                           "train_flops_per_token": flops / tokens, "output_layer_flop_share": 80 * 2 * H * V / flops_fwd(cfg, 1, 81),
-                           "recurrent_flop_share": (81 + 80) * 8 * H * H / flops_fwd(cfg, 1, 81)}  # fmt: skip
-        print(f"\n[{name}] {cfg}\n  {steps} timed steps (+{warm} warm-up at T={WARM_T}) of {BATCH} x "
-              f"T={out['lengths'][:4]}{'…' if steps > 4 else ''}; {res['data']}")  # fmt: skip
-        print(f"  analytic training FLOPs per predicted token {flops / tokens / 1e6:.1f} M "
-              f"(at T=81: output layer {out['output_layer_flop_share']:.0%}, recurrent h·W_hh of both LSTMs "
-              f"{out['recurrent_flop_share']:.0%})")  # fmt: skip
-
-        direct = train_direct(SeqVAE(**cfg).to(device), on_device, warm, device, args.bf16)
-        out["train"] = line("train (direct loop)", direct, steps, tokens, flops)
-        model = SeqVAE(**cfg)
-        if name == "small":
-            if device.type == "cpu" and threads > 1:  # the same loop on one thread, for contention
-                torch.set_num_threads(1)
-                seconds = train_direct(SeqVAE(**cfg), on_device, warm, device, args.bf16)
-                torch.set_num_threads(threads)
-                out["train_1_thread"] = line("train (direct, 1 thread)", seconds, steps, tokens, flops)
-            seconds, inner = train_lightning(model, warm_batches + batches, warm, device, args.bf16)
-            outside = (seconds - inner) / steps
-            out["lightning"] = line(
-                "train (pl.Trainer fit)",
-                seconds,
-                steps,
-                tokens,
-                flops,
-                note=f"; {outside * 1e3:.1f} ms/step outside training_step",
+        out = res[name] = {"config": cfg, "warmup_steps": warm, "timed_steps": steps}
+        print(f"\n[{name}] {cfg}: {steps} timed steps (+{warm} warm-up at T={WARM_T}) of {BATCH} texts; "
+              f"IW-NLL of {n_docs} doc(s), K={args.iw_samples}")  # fmt: skip
+        parts = ["train", "iw"] + (
+            ["aggressive", "lightning"] if name == "small" or not args.quick else []
+        )  # paper: minutes/step
+        for part in parts:
+            for path, fused in paths.items():
+                if part == "lightning" and not fused:  # Lightning's own overhead: one path is enough
+                    continue
+                r = run_child({**common, "config": name, "part": part, "fused": fused}, args.threads)
+                out.setdefault(path, {})[part] = r
+                if args.json:  # after every measurement: a run cut by a deadline keeps what it measured
+                    args.json.write_text(json.dumps(res, indent=2) + "\n")
+                if "lengths" in r and "lengths" not in out:
+                    out["lengths"], res["data"] = r["lengths"], r["data"]
+                    tokens = sum(BATCH * (t - 1) for t in r["lengths"])
+                    flops = sum(3 * flops_fwd(cfg, BATCH, t) for t in r["lengths"])
+                    out.update(train_flops_per_token=flops / tokens, output_layer_flop_share=80 * 2 * H * V / flops_fwd(cfg, 1, 81),
+                               recurrent_flop_share=(81 + 80) * 8 * H * H / flops_fwd(cfg, 1, 81))  # fmt: skip
+                    print(f"  T={out['lengths'][:4]}{'…' if steps > 4 else ''}; {res['data']}; analytic training FLOPs per "
+                          f"predicted token {flops / tokens / 1e6:.1f} M (at T=81: output layer {out['output_layer_flop_share']:.0%}, "
+                          f"recurrent h·W_hh {out['recurrent_flop_share']:.0%})")  # fmt: skip
+                if part == "train":
+                    r.update(line(f"train, {path}", r["seconds"], steps, tokens, flops, r["memory"]))
+                elif part == "lightning":
+                    note = f"; {r['outside_training_step_s_per_step'] * 1e3:.1f} ms/step outside training_step"
+                    r.update(line(f"train, {path}, pl.Trainer", r["seconds"], steps, tokens, flops, r["memory"], note=note))
+                elif part == "iw":
+                    T = r["doc_length"]
+                    iw_flops = n_docs * flops_fwd(cfg, 1, T, args.iw_samples, encoder_once=True)
+                    note = f"; {r['samples_per_decoder_call']} samples per decoder call"
+                    r.update(
+                        line(
+                            f"IW-NLL K={args.iw_samples}, {path}",
+                            r["seconds"],
+                            n_docs,
+                            n_docs,
+                            iw_flops,
+                            r["memory"],
+                            "docs",
+                            "doc",
+                            note,
+                        )
+                    )
+                else:
+                    # The window rule stops after 30 inner steps at the earliest, so 30 is the
+                    # cheapest decoder update aggressive training makes.
+                    r["s_per_decoder_update_30"] = 30 * r["encoder_step"] + r["decoder_step"]
+                    print(f"  aggressive, {path:<16}inner encoder step {r['encoder_step']:.3f} s (full backward "
+                          f"{r['encoder_step_full_backward']:.3f} s), decoder step {r['decoder_step']:.3f} s; per decoder "
+                          f"update at 30 inner steps {r['s_per_decoder_update_30']:.2f} s | peak RSS {r['memory']['max_rss_mib']:.0f} MiB")  # fmt: skip
+        if "fused" in out and "plain" in out:
+            out["fused_speedup"] = {k: out["plain"][k]["seconds"] / out["fused"][k]["seconds"] for k in ("train", "iw")}
+            print(
+                f"  fused vs plain: training {out['fused_speedup']['train']:.2f}x, IW-NLL {out['fused_speedup']['iw']:.2f}x faster"
             )
-            out["lightning"]["outside_training_step_s_per_step"] = outside
-
-        if name == "small" or not args.quick:  # paper-size aggressive steps take minutes on a CPU
-            agg = out["aggressive"] = aggressive_bench(SeqVAE(**cfg).to(device), on_device, warm, device, args.bf16)
-            speedup = agg["encoder_step_full_backward"] / agg["encoder_step"]
-            # The window rule stops after 30 inner steps at the earliest (the first window is
-            # compared with 1e4), so 30 is the cheapest decoder update aggressive training makes.
-            per_update = {n: n * agg["encoder_step"] + agg["decoder_step"] for n in (30, 99)}
-            per_update_full = {n: n * agg["encoder_step_full_backward"] + agg["decoder_step"] for n in (30, 99)}
-            agg.update(inner_step_speedup=speedup, s_per_decoder_update=per_update, s_per_decoder_update_full_backward=per_update_full,
-                       decoder_update_speedup={n: per_update_full[n] / per_update[n] for n in per_update})  # fmt: skip
-            print(f"  aggressive: inner encoder step {agg['encoder_step']:.3f} s (full backward {agg['encoder_step_full_backward']:.3f} s, "
-                  f"{speedup:.2f}x), decoder step {agg['decoder_step']:.3f} s; per decoder update at 30 / 99 inner steps "
-                  f"{per_update[30]:.2f} / {per_update[99]:.2f} s (full backward {per_update_full[30]:.2f} / {per_update_full[99]:.2f} s, "
-                  f"{agg['decoder_update_speedup'][30]:.2f}x)")  # fmt: skip
-
-        seconds, chunk = iw_bench(model.to(device), on_device[warm], n_docs, args.iw_samples, device, args.bf16)
-        T = batches[0]["tokens"].size(1)
-        iw_flops = n_docs * flops_fwd(cfg, 1, T, args.iw_samples, encoder_once=True)
-        note = f"; {n_docs} doc(s) of T={T} at once, {chunk} samples per decoder call"
-        out["iw"] = line(f"IW-NLL K={args.iw_samples}", seconds, n_docs, n_docs, iw_flops, "docs", "doc", note)
-        out["iw"].update(docs=n_docs, doc_length=T, samples_per_decoder_call=chunk)
 
     res["loadavg_end"], res["wall_s"] = os.getloadavg(), time.perf_counter() - began
     print(

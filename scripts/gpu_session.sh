@@ -15,7 +15,10 @@
 #      question). Beside them, Table 1's missing row: aggressive training at the CPU table's own
 #      size (yahoo10k base, fp32, 20 epochs, K = 100), whose inner loop this CPU cannot afford.
 #      A run cut off by its deadline still returns its curves (curves.csv).
-#   3. scripts/bench.py --quick --device cuda, fp32 and bf16 (issue 4's GPU figures)
+#   3. scripts/bench.py --quick --device cuda, fp32 and bf16 (issue 4's GPU figures; issue 21: each
+#      figure for the fused output layer + cross-entropy and the plain logits path side by side,
+#      paper-size training tokens/s and IW-NLL s/doc at K = 500, peak memory per measurement; its
+#      JSON is rewritten after every measurement, so a deadline keeps what was measured)
 # Everything it writes goes to $OUT (at most 8 files come back: small ones, tar'd per step).
 # Deadlines: step 2 gets STEP2_S (default 330 s, less if the tests ran long); LIMIT_S (570 s)
 # bounds the whole, so the call (timeout_s 590) returns with its files.
