@@ -1,7 +1,8 @@
 """A sweep's grid file and its expansion into cells (`seqvae sweep GRID.yaml`; the file format
 is described in `seqvae/sweep.py`, which runs the cells): validation of every key with one-line
-errors naming the file and key, `${seed}`/`${variant}`/`${root}` interpolation, and the
-`--variants` / `--seeds` selection.
+errors naming the file and key, `${seed}`/`${variant}`/`${root}` interpolation, the
+`--variants` / `--seeds` selection, and the cluster resources of each cell (`slurm:`, used by
+`--executor slurm|submitit-local`, see `seqvae/executors.py`).
 """
 
 from __future__ import annotations
@@ -13,8 +14,20 @@ from pathlib import Path
 
 import yaml
 
-GRID_KEYS = ("root", "configs", "overrides", "seeds", "variants", "export")
-VARIANT_KEYS = ("name", "configs", "overrides", "needs")
+GRID_KEYS = ("root", "configs", "overrides", "seeds", "variants", "export", "slurm")
+VARIANT_KEYS = ("name", "configs", "overrides", "needs", "slurm")
+# A cell's cluster resources (submitit's names): strings, integers (minimum), a positive number.
+SLURM_KEYS = {
+    "partition": str,
+    "account": str,
+    "qos": str,
+    "constraint": str,
+    "nodes": 1,
+    "gpus_per_node": 0,
+    "cpus_per_task": 1,
+    "timeout_min": 1,
+    "mem_gb": float,
+}
 RESERVED = ("seed_everything", "trainer.logger", "ckpt_path", "config")  # set by the sweep itself
 VARIABLES = ("seed", "variant", "root")
 INTERPOLATION = re.compile(r"\$\{([^}]*)\}")
@@ -35,6 +48,7 @@ class Cell:
     args: list[str]  # `seqvae fit` arguments, without --ckpt_path
     needs: list[Path] = field(default_factory=list)  # run directories that must have finished first
     export_dir: Path | None = None  # where its small result files are copied once it finished
+    slurm: dict = field(default_factory=dict)  # cluster resources (SLURM_KEYS) of the grid and the variant
 
     @property
     def name(self) -> str:
@@ -113,6 +127,36 @@ def _overrides(value, where: str) -> dict:
     return dict(value)
 
 
+def slurm_value(key: str, value, where: str):
+    """One checked resource value; `value` may be a command-line string. Raises GridError naming `where`."""
+    kind = SLURM_KEYS[key]
+    if isinstance(value, str) and kind is not str:
+        try:
+            value = float(value) if kind is float else int(value)
+        except ValueError:
+            pass
+    if kind is str:
+        if not isinstance(value, str) or not value.strip():
+            raise GridError(f"{where}: expected a non-empty string, got {value!r}")
+    elif kind is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+            raise GridError(f"{where}: expected a positive number, got {value!r}")
+    elif isinstance(value, bool) or not isinstance(value, int) or value < kind:
+        raise GridError(f"{where}: expected an integer >= {kind}, got {value!r}")
+    return value
+
+
+def _slurm(value, where: str) -> dict:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise GridError(f"{where}: expected a mapping with keys {', '.join(SLURM_KEYS)}")
+    for key in value:
+        if key not in SLURM_KEYS:
+            raise GridError(f"{where}.{key}: unknown key (expected {', '.join(SLURM_KEYS)})")
+    return {key: slurm_value(key, v, f"{where}.{key}") for key, v in value.items()}
+
+
 def load_grid(path: str | Path) -> list[Cell]:
     """Parses and checks a grid file; raises GridError with one line naming the file and the key."""
     path = Path(path)
@@ -150,13 +194,14 @@ def _cells(grid) -> list[Cell]:
         raise GridError("export: expected a directory path")
     configs = _config_list(grid["configs"], "configs")
     common = _overrides(grid.get("overrides"), "overrides")
+    resources = _slurm(grid.get("slurm"), "slurm")
     seeds = grid["seeds"]
     if not isinstance(seeds, list) or not all(isinstance(s, int) and not isinstance(s, bool) for s in seeds):
         raise GridError("seeds: expected a list of integers")
     if len(set(seeds)) < len(seeds):
         raise GridError("seeds: repeated seed")
     if not isinstance(grid["variants"], list):
-        raise GridError("variants: expected a list of {name, configs, overrides, needs}")
+        raise GridError("variants: expected a list of {name, configs, overrides, needs, slurm}")
     variants = []
     for i, v in enumerate(grid["variants"]):
         where = f"variants[{i}]"
@@ -179,7 +224,10 @@ def _cells(grid) -> list[Cell]:
         extra = _config_list(v.get("configs"), f"{where}.configs")
         overrides = {**common, **_overrides(v.get("overrides"), f"{where}.overrides")}
         where_of = {k: (f"{where}.overrides.{k}" if k in (v.get("overrides") or {}) else f"overrides.{k}") for k in overrides}
-        variants.append({"name": name, "configs": configs + extra, "overrides": overrides, "where": where_of, "needs": needs})
+        slurm = {**resources, **_slurm(v.get("slurm"), f"{where}.slurm")}
+        variants.append(
+            {"name": name, "configs": configs + extra, "overrides": overrides, "where": where_of, "needs": needs, "slurm": slurm}
+        )
     total = len(seeds) * len(variants)
     cells = []
     for seed in seeds:
@@ -197,7 +245,7 @@ def _cells(grid) -> list[Cell]:
             needs = [Path(root) / n / f"seed{seed}" for n in v["needs"]]
             run_dir = Path(root) / v["name"] / f"seed{seed}"
             export_dir = Path(export) / v["name"] / f"seed{seed}" if export else None
-            cells.append(Cell(len(cells) + 1, total, v["name"], seed, run_dir, args, needs, export_dir))
+            cells.append(Cell(len(cells) + 1, total, v["name"], seed, run_dir, args, needs, export_dir, dict(v["slurm"])))
     return cells
 
 

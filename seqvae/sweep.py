@@ -1,6 +1,7 @@
 """`seqvae sweep GRID.yaml`: a grid of variants × seeds, each cell one `seqvae fit`, run one after another.
 
-    seqvae sweep configs/sweeps/demo.yaml [--dry-run] [--compare] [--format markdown|csv|json] [--plots DIR]
+    seqvae sweep configs/sweeps/demo.yaml [--dry-run] [--compare] [--status] [--format markdown|csv|json] [--plots DIR]
+                                          [--executor local|slurm|submitit-local] [--slurm.partition P ...]
 
 The grid file (see configs/sweeps/):
 
@@ -15,6 +16,8 @@ The grid file (see configs/sweeps/):
         configs: []                      # optional extra config files, after the base ones
         overrides: {model.pooling: last} # optional; win over the common overrides
         needs: []                        # optional: variants whose cell of the same seed must finish first
+        slurm: {gpus_per_node: 4}        # optional; wins over the grid's slurm
+    slurm: {partition: gpu}              # optional: resources of --executor slurm (seqvae/executors.py)
 
 Override values may use `${seed}`, `${variant}` and `${root}`. Cells run seed by seed, in the order
 of `variants` (seed 1 of every variant, then seed 2, …), each as its own subprocess, so a crash
@@ -26,6 +29,9 @@ so a grid spread over sessions resumes from the committed results; only a cell t
 unfinished cell `needs` (its checkpoint is an input) is run again. Each cell's output goes to
 `sweep.log` in its run directory; finished cells get a curves.csv (validation curves from the event
 files) for `seqvae compare --plots`. At the end the compare table of the finished cells is printed.
+`--executor slurm` submits each cell as a submitit job instead, `submitit-local` as a local
+submitit job (seqvae/executors.py); skipping, resuming, `needs`, export and the table stay the
+same. `--status` prints each cell's state, epoch, last metric and job (sweep.job, sweep.run).
 Exit status: 0 when every cell finished, 1 when one failed or was blocked, 2 for a bad grid file.
 """
 
@@ -45,12 +51,13 @@ from pathlib import Path
 
 import yaml
 
-from . import compare
+from . import compare, executors
 from .export import result_files
 from .grid import Cell, GridError, load_grid, select  # noqa: F401  (load_grid: part of this module's API)
 
 POLL_SECONDS = 2.0
 TAIL_LINES = 20
+
 
 # ------------------------------------------------------------------------------------- running
 def clock(seconds: float) -> str:
@@ -121,6 +128,9 @@ def run_cell(cell: Cell, one_thread: bool = False) -> tuple[int, list[str]]:
         proc = subprocess.Popen(
             fit_command(args), stdout=log, stderr=subprocess.PIPE, env=env, encoding="utf-8", errors="replace"
         )
+        info = {"executor": "local", "job_id": str(proc.pid), "host": executors.socket.gethostname()}
+        executors.write_json(cell.run_dir / executors.JOB_FILE, {**info, "pid_start": executors.proc_start(proc.pid)})
+        executors.mark_started(cell.run_dir, str(proc.pid), proc.pid)
 
         def read_stderr():
             for line in proc.stderr:
@@ -149,7 +159,21 @@ def run_cell(cell: Cell, one_thread: bool = False) -> tuple[int, list[str]]:
             raise
         finally:
             reader.join(timeout=10)
+            executors.mark_ended(cell.run_dir, proc.returncode)
     return proc.returncode, list(tail)
+
+
+class LocalRunner:
+    """Cells as subprocesses of the sweep (`--executor local`): the interface of executors.SubmititRunner."""
+
+    def run(self, cell: Cell, one_thread: bool = False) -> tuple[int | None, list[str]]:
+        return run_cell(cell, one_thread)
+
+    def live(self, cell: Cell):
+        return None  # a local cell lives only as long as the sweep that runs it
+
+    def stop(self) -> None:
+        pass
 
 
 def write_curves(run_dir: Path) -> None:
@@ -192,9 +216,12 @@ def needed_again(cells: list[Cell]) -> set[Path]:
     return {c.run_dir for c in cells if c.state() == "exported" and c.run_dir in needed}
 
 
-def run_grid(cells: list[Cell], jobs: int = 1) -> list[Cell]:
+def run_grid(cells: list[Cell], jobs: int = 1, runner=None) -> list[Cell]:
     """Runs the cells that have not finished, in grid order, `jobs` at a time (a cell whose
-    `needs` are still running waits for them). Returns the cells that failed or were blocked."""
+    `needs` are still running waits for them), each through `runner` (LocalRunner, or
+    executors.SubmititRunner: a cell whose job is still queued or running is followed, not
+    submitted again). Returns the cells that failed or were blocked."""
+    runner = runner or LocalRunner()
     start = time.monotonic()
     durations: list[float] = []
     failed: list[Cell] = []
@@ -206,72 +233,86 @@ def run_grid(cells: list[Cell], jobs: int = 1) -> list[Cell]:
         return cell.state() == "finished" or (cell.state() == "exported" and cell.run_dir not in rerun)
 
     def progress():
-        todo = sum(not skippable(c) for c in pending) + len(running)
+        left = sum(not skippable(c) for c in pending)
+        todo = left + len(running)
         mean = sum(durations) / len(durations) if durations else None
-        eta = "ETA 0:00" if not todo else f"ETA {clock(mean * todo / jobs)}" if mean else "ETA ?"
-        say(f"grid {settled}/{len(cells)}, {clock(time.monotonic() - start)} elapsed, {eta} ({todo} cells to run)")
+        eta = "ETA 0:00" if not todo else f"ETA {clock(mean * todo / min(jobs, todo))}" if mean else "ETA ?"
+        elapsed = clock(time.monotonic() - start)
+        say(f"grid {settled}/{len(cells)} done, {len(running)} running, {left} left, {elapsed} elapsed, {eta}")
 
-    def timed(cell):
+    def timed(cell, handle=None):
         t0 = time.monotonic()
-        code, tail = run_cell(cell, one_thread=jobs > 1)
-        return code, tail, time.monotonic() - t0
+        code, tail = runner.follow(cell, handle) if handle else runner.run(cell, one_thread=jobs > 1)
+        return code, tail, time.monotonic() - t0, handle is None
 
     with ThreadPoolExecutor(max_workers=jobs) as pool:
-        while pending or running:
-            for cell in list(pending):
-                if len(running) >= jobs:
-                    break
-                if skippable(cell):
+        try:
+            while pending or running:
+                for cell in list(pending):
+                    if len(running) >= jobs:
+                        break
+                    if skippable(cell):
+                        pending.remove(cell)
+                        if cell.state() == "finished":
+                            say(f"{cell.tag}: finished ({cell.run_dir / 'metrics.json'}), skipped")
+                            finish(cell)  # a run finished by hand, or an export directory added later
+                        else:
+                            say(f"{cell.tag}: results exported earlier ({cell.export_dir / 'metrics.json'}), skipped")
+                        counts["skipped"] += 1
+                        settled += 1
+                        progress()
+                        continue
+                    handle = runner.live(cell)
+                    if handle is not None:  # submitted by an earlier sweep, still queued or running
+                        pending.remove(cell)
+                        say(f"{cell.tag}: job {handle.job_id} submitted earlier is {handle.state().lower()}: following it")
+                        running[pool.submit(timed, cell, handle)] = cell
+                        continue
+                    unmet = [n for n in cell.needs if not (n / "metrics.json").is_file()]
+                    if any(c.run_dir in unmet for c in [*running.values(), *pending[: pending.index(cell)]]):
+                        continue  # what it needs may still finish
                     pending.remove(cell)
-                    if cell.state() == "finished":
-                        say(f"{cell.tag}: finished ({cell.run_dir / 'metrics.json'}), skipped")
-                        finish(cell)  # a run finished by hand, or an export directory added later
+                    if unmet:
+                        say(f"{cell.tag}: blocked: needs {', '.join(map(str, unmet))} finished first")
+                        counts["blocked"] += 1
+                        failed.append(cell)
+                        settled += 1
+                        progress()
+                        continue
+                    if cell.state() == "interrupted":
+                        say(f"{cell.tag}: resuming from {cell.last_ckpt}")
+                    elif cell.state() == "exported":
+                        again = f"but a later cell needs its checkpoint: starting again in {cell.run_dir}"
+                        say(f"{cell.tag}: exported earlier, {again}")
                     else:
-                        say(f"{cell.tag}: results exported earlier ({cell.export_dir / 'metrics.json'}), skipped")
-                    counts["skipped"] += 1
-                    settled += 1
-                    progress()
+                        if cell.run_dir.exists() and any(cell.run_dir.iterdir()):
+                            say(f"{cell.tag}: moved the leftovers of a failed start to {move_aside(cell)}")
+                        say(f"{cell.tag}: starting in {cell.run_dir}")
+                    running[pool.submit(timed, cell)] = cell
+                if not running:
                     continue
-                unmet = [n for n in cell.needs if not (n / "metrics.json").is_file()]
-                if any(c.run_dir in unmet for c in [*running.values(), *pending[: pending.index(cell)]]):
-                    continue  # what it needs may still finish
-                pending.remove(cell)
-                if unmet:
-                    say(f"{cell.tag}: blocked: needs {', '.join(map(str, unmet))} finished first")
-                    counts["blocked"] += 1
-                    failed.append(cell)
+                done, _ = wait(running, return_when=FIRST_COMPLETED)
+                for future in done:
+                    cell = running.pop(future)
+                    code, tail, took, whole = future.result()
                     settled += 1
+                    if code == 0 and cell.state() == "finished":
+                        if whole:  # not a job followed from its middle
+                            durations.append(took)
+                        counts["ran"] += 1
+                        say(f"{cell.tag}: done in {clock(took)}")
+                        finish(cell)
+                    else:
+                        counts["failed"] += 1
+                        failed.append(cell)
+                        why = "job failed" if code is None else f"exit {code}" if code else "no metrics.json"
+                        say(f"{cell.tag}: FAILED ({why}) after {clock(took)}; log {cell.run_dir / 'sweep.log'}; its tail:")
+                        for line in tail:
+                            print(f"    {line}", file=sys.stderr)
                     progress()
-                    continue
-                if cell.state() == "interrupted":
-                    say(f"{cell.tag}: resuming from {cell.last_ckpt}")
-                elif cell.state() == "exported":
-                    say(f"{cell.tag}: exported earlier, but a later cell needs its checkpoint: starting again in {cell.run_dir}")
-                else:
-                    if cell.run_dir.exists() and any(cell.run_dir.iterdir()):
-                        say(f"{cell.tag}: moved the leftovers of a failed start to {move_aside(cell)}")
-                    say(f"{cell.tag}: starting in {cell.run_dir}")
-                running[pool.submit(timed, cell)] = cell
-            if not running:
-                continue
-            done, _ = wait(running, return_when=FIRST_COMPLETED)
-            for future in done:
-                cell = running.pop(future)
-                code, tail, took = future.result()
-                settled += 1
-                if code == 0 and cell.state() == "finished":
-                    durations.append(took)
-                    counts["ran"] += 1
-                    say(f"{cell.tag}: done in {clock(took)}")
-                    finish(cell)
-                else:
-                    counts["failed"] += 1
-                    failed.append(cell)
-                    why = f"exit {code}" if code else "no metrics.json"
-                    say(f"{cell.tag}: FAILED ({why}) after {clock(took)}; log {cell.run_dir / 'sweep.log'}; stderr tail:")
-                    for line in tail:
-                        print(f"    {line}", file=sys.stderr)
-                progress()
+        except KeyboardInterrupt:
+            runner.stop()  # the threads that follow jobs return
+            raise
     summary = ", ".join(f"{n} {k}" for k, n in counts.items())
     say(f"{len(cells)} cells ({summary}) in {clock(time.monotonic() - start)}")
     if failed:
@@ -315,10 +356,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--plots", type=Path, metavar="DIR", help="also write the compare plots (validation curves) into DIR")
     parser.add_argument("--variants", metavar="A,B", help="only these variants (comma-separated names)")
     parser.add_argument("--seeds", metavar="1,2", help="only these seeds")
-    parser.add_argument("--jobs", type=int, default=1, metavar="N", help="run N cells at a time (default 1; one thread each)")
+    parser.add_argument(
+        "--jobs", type=int, metavar="N", help="run N cells at a time (default 1, one thread each; slurm: every cell at once)"
+    )
+    parser.add_argument("--status", action="store_true", help="run nothing; print each cell's state, epoch, last metric and job")
+    executors.add_arguments(parser)
     args = parser.parse_args(argv)
     try:
         cells = select(load_grid(args.grid), args.variants, args.seeds)
+        overrides = executors.slurm_overrides(args)
     except GridError as err:
         print(f"seqvae sweep: error: {err}", file=sys.stderr)
         return 2
@@ -327,10 +373,19 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.compare:
         return compare_cells(cells, args.format, args.plots)
+    if args.status:
+        print("\n".join(executors.status_table(cells)))
+        return 0
+    runner, jobs = LocalRunner(), args.jobs or 1
+    if args.executor != "local":
+        folder = cells[0].run_dir.parents[1] / ".submitit"  # submitit's pickles and logs: <root>/.submitit/<job id>_*
+        runner = executors.SubmititRunner(args.executor, folder, overrides, fit_command, say)
+        jobs = args.jobs or (len(cells) if args.executor == "slurm" else 1)
     try:
-        failed = run_grid(cells, max(1, args.jobs))
+        failed = run_grid(cells, max(1, jobs), runner)
     except KeyboardInterrupt:
-        say("interrupted; rerun the same command to resume")
+        left = "; submitted jobs go on" if args.executor == "slurm" else ""
+        say(f"interrupted{left}; rerun the same command to resume")
         return 130
     code = compare_cells(cells, args.format, args.plots)
     return 1 if failed or code else 0

@@ -94,8 +94,17 @@ def test_values_and_precedence(in_repo, tmp_path):
     ]  # fmt: skip
 
 
+def test_slurm_resources_of_grid_variant(in_repo, tmp_path):
+    g = grid(seeds=[1], slurm={"partition": "gpu", "timeout_min": 60, "mem_gb": 8.5})
+    g["variants"][1]["slurm"] = {"gpus_per_node": 4, "timeout_min": 600}
+    cells = sweep.load_grid(write_grid(tmp_path / "g.yaml", g))
+    assert cells[0].slurm == {"partition": "gpu", "timeout_min": 60, "mem_gb": 8.5}
+    assert cells[1].slurm == {"partition": "gpu", "timeout_min": 600, "mem_gb": 8.5, "gpus_per_node": 4}
+
+
+SLURM = "partition, account, qos, constraint, nodes, gpus_per_node, cpus_per_task, timeout_min, mem_gb"
 BAD_GRIDS = [
-    (grid(extra=1), "extra: unknown key (expected root, configs, overrides, seeds, variants, export)"),
+    (grid(extra=1), "extra: unknown key (expected root, configs, overrides, seeds, variants, export, slurm)"),
     ({k: v for k, v in grid().items() if k != "seeds"}, "seeds: missing"),
     (grid(seeds=[1, "two"]), "seeds: expected a list of integers"),
     (grid(seeds=[1, 1]), "seeds: repeated seed"),
@@ -112,7 +121,7 @@ BAD_GRIDS = [
     ),
     (
         grid(variants=[{"name": "a", "pooling": "max"}]),
-        "variants[0].pooling: unknown key (expected name, configs, overrides, needs)",
+        "variants[0].pooling: unknown key (expected name, configs, overrides, needs, slurm)",
     ),
     (grid(variants=[{"overrides": {}}]), "variants[0].name: missing or not a directory name (letters, digits, _ . + -)"),
     (grid(variants=[{"name": "a/b"}]), "variants[0].name: missing or not a directory name (letters, digits, _ . + -)"),
@@ -125,7 +134,13 @@ BAD_GRIDS = [
     ),
     (grid(variants=[]), "variants: missing"),
     (grid(export=["x"]), "export: expected a directory path"),
-    ("- just\n- a list\n", "expected a mapping with keys root, configs, overrides, seeds, variants, export"),
+    ("- just\n- a list\n", "expected a mapping with keys root, configs, overrides, seeds, variants, export, slurm"),
+    (grid(slurm=["gpu"]), f"slurm: expected a mapping with keys {SLURM}"),
+    (grid(slurm={"partitio": "gpu"}), f"slurm.partitio: unknown key (expected {SLURM})"),
+    (grid(slurm={"partition": ""}), "slurm.partition: expected a non-empty string, got ''"),
+    (grid(slurm={"mem_gb": 0}), "slurm.mem_gb: expected a positive number, got 0"),
+    (grid(slurm={"gpus_per_node": 1.5}), "slurm.gpus_per_node: expected an integer >= 0, got 1.5"),
+    (grid(variants=[{"name": "a", "slurm": {"nodes": 0}}]), "variants[0].slurm.nodes: expected an integer >= 1, got 0"),
 ]
 
 
@@ -248,7 +263,8 @@ def test_failing_cell_then_resume(in_repo, tiny, tmp_path, capsys):
     assert f"    seqvae: error: data.train: {tiny / 'missing.txt'}" in err  # the stderr tail of the failed cell
     assert "seqvae sweep: 6 cells (2 ran, 2 failed, 2 blocked) in " in err
     assert "seqvae sweep: not finished: bad/seed1, dep/seed1, bad/seed2, dep/seed2\n" in err
-    assert "seqvae sweep: grid 1/6, " in err and "ETA" in err
+    assert re.search(r"seqvae sweep: grid 1/6 done, 0 running, 5 left, \d+:\d\d elapsed, ETA \d+:\d\d\n", err)  # ok/seed1 ran
+    assert re.search(r"seqvae sweep: grid 6/6 done, 0 running, 0 left, \d+:\d\d elapsed, ETA 0:00\n", err)
     assert "| run | n |" in out and "| ok | 2 |" in out  # the compare table of the finished cells
 
     # The dry run now skips the finished cells; the failed ones start again in a clean directory.

@@ -1,0 +1,425 @@
+"""Where a sweep's cells run (`seqvae sweep GRID --executor local|slurm|submitit-local`), and what
+state each cell is in (`seqvae sweep GRID --status`).
+
+`local` (the default) runs each cell as a subprocess of the sweep (`sweep.run_cell`). `slurm`
+submits each cell as one submitit job (sbatch); `submitit-local` takes the same submission path
+with submitit's LocalExecutor (a job is a local process: what CI and a laptop use). A job runs
+`seqvae fit` as its own subprocess, its output in the cell's `sweep.log`, as a local cell does.
+The sweep stays in the foreground and follows its jobs: a cell that `needs` another is submitted
+once that one finished. Interrupted, it leaves the submitted jobs running; run the same command
+again and it follows them (a cell whose job is still queued or running is not submitted twice).
+
+Resources: the grid file's `slurm:` mapping (a variant's own `slurm:` wins), and `--slurm.KEY VALUE`
+on the command line (wins over both):
+
+    slurm: {partition: gpu, account: myproj, qos: normal, constraint: a100, nodes: 1,
+            gpus_per_node: 1, cpus_per_task: 8, mem_gb: 32, timeout_min: 240}
+
+A cell with `gpus_per_node` G > 0 runs with one task per GPU (`tasks_per_node` = G) and its fit
+gets `--trainer.accelerator gpu --trainer.devices G --trainer.num_nodes N` (+ `--trainer.strategy
+ddp` when G·N > 1): Lightning's SLURMEnvironment finds the ranks in each task's SLURM variables.
+submitit-local passes G and the time limit on and ignores the cluster-only keys.
+
+Preemption and time limits: the job is a `submitit.helpers.Checkpointable`. At submitit's signal
+(USR2 `signal_delay_s` before the time limit, or at preemption) its `checkpoint()` stops the fit
+(SIGINT; SIGKILL after STOP_SECONDS) and submitit requeues the same cell; the requeued job starts
+the fit again with `--ckpt_path last.ckpt` (PeriodicCheckpoint's mid-epoch checkpoint or the last
+epoch's one): the exact resume of an interrupted local cell. At most REQUEUES time-outs per job.
+
+State files in a cell's run directory (all `--status` and a rerun need, on the shared filesystem):
+    sweep.job   who runs the cell: {"executor", "job_id", "host", "folder", "submitted"}
+    sweep.run   the fit: {"job_id", "host", "pid", "started"}, then "ended" and "exit" (its status)
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import signal
+import socket
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+from submitit.helpers import Checkpointable
+
+from .grid import SLURM_KEYS, Cell, GridError, slurm_value
+
+EXECUTORS = ("local", "slurm", "submitit-local")
+STOP_SECONDS = 60  # checkpoint(): how long the fit gets to stop after SIGINT
+REQUEUES = 10  # time-outs a job may be requeued after (preemptions do not count)
+DEFAULT_TIMEOUT_MIN = {"slurm": 24 * 60, "submitit-local": 30 * 24 * 60}
+POLL_SECONDS = 2.0
+TAIL_LINES = 20
+JOB_FILE, RUN_FILE = "sweep.job", "sweep.run"
+RUNNING_STATES = ("RUNNING", "COMPLETING")
+QUEUED_STATES = ("PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "CONFIGURING", "SUSPENDED", "READY", "PREEMPTED")
+
+
+# ------------------------------------------------------------------------------------- state files
+def read_json(path: Path) -> dict:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def write_json(path: Path, data: dict) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data, indent=1) + "\n")
+    tmp.replace(path)
+
+
+def now() -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S")
+
+
+def proc_start(pid: int) -> str | None:
+    """The start time of a process (/proc), which tells a reused pid from the one recorded."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def pid_alive(pid, start=None, host=None) -> bool | None:
+    """Whether the recorded process still runs (None: it ran on another host)."""
+    if host is not None and host != socket.gethostname():
+        return None
+    try:
+        os.kill(int(pid), 0)
+    except (ProcessLookupError, ValueError, TypeError):
+        return False
+    except PermissionError:
+        pass
+    return start is None or proc_start(int(pid)) in (None, start)
+
+
+def mark_started(run_dir: Path, job_id: str, pid: int) -> None:
+    info = {"job_id": job_id, "host": socket.gethostname(), "pid": pid, "pid_start": proc_start(pid), "started": now()}
+    write_json(run_dir / RUN_FILE, info)
+
+
+def mark_ended(run_dir: Path, code: int | None) -> None:
+    write_json(run_dir / RUN_FILE, {**read_json(run_dir / RUN_FILE), "ended": now(), "exit": code})
+
+
+def log_tail(path: Path, lines: int = TAIL_LINES) -> list[str]:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return [line.rstrip("\n") for line in f.readlines()[-lines:]]
+    except OSError:
+        return []
+
+
+# ------------------------------------------------------------------------------------- submitit
+def add_arguments(parser) -> None:
+    """`--executor` and the `--slurm.KEY VALUE` overrides of `seqvae sweep`."""
+    help = "where cells run: local subprocesses (default), SLURM jobs or local submitit jobs (seqvae/executors.py)"
+    parser.add_argument("--executor", choices=EXECUTORS, default="local", help=help)
+    for key in SLURM_KEYS:
+        parser.add_argument(f"--slurm.{key}", dest=f"slurm_{key}", metavar="V", help=f"overrides the grid's slurm.{key}")
+
+
+def slurm_overrides(args) -> dict:
+    """The checked `--slurm.KEY` values; GridError names the option."""
+    given = {k: getattr(args, f"slurm_{k}") for k in SLURM_KEYS if getattr(args, f"slurm_{k}") is not None}
+    if given and args.executor == "local":
+        raise GridError(f"--slurm.{next(iter(given))}: only with --executor slurm or submitit-local")
+    return {k: slurm_value(k, v, f"--slurm.{k}") for k, v in given.items()}
+
+
+def fit_device_args(resources: dict) -> list[str]:
+    """The fit options that match a cell's GPUs: one device per task, DDP over several."""
+    gpus, nodes = resources.get("gpus_per_node", 0), resources.get("nodes", 1)
+    if not gpus:
+        return []
+    args = ["--trainer.accelerator", "gpu", "--trainer.devices", str(gpus), "--trainer.num_nodes", str(nodes)]
+    return args + (["--trainer.strategy", "ddp"] if gpus * nodes > 1 else [])
+
+
+def executor_parameters(kind: str, cell: Cell, resources: dict) -> dict:
+    """submitit's AutoExecutor parameters of one cell (generic names; cluster-only ones slurm_-prefixed)."""
+    gpus = resources.get("gpus_per_node", 0)
+    params = {
+        "name": f"{cell.variant}-seed{cell.seed}",
+        "timeout_min": resources.get("timeout_min", DEFAULT_TIMEOUT_MIN[kind]),
+        "nodes": resources.get("nodes", 1),
+        "gpus_per_node": gpus or None,  # no --gpus-per-node=0 line: clusters without GPUs refuse it
+        "tasks_per_node": max(1, gpus) if kind == "slurm" else 1,  # submitit-local: Lightning's own launcher
+    }
+    if kind == "slurm":
+        params.update(cpus_per_task=resources.get("cpus_per_task"), mem_gb=resources.get("mem_gb"))
+        params.update({f"slurm_{k}": resources[k] for k in ("partition", "account", "qos", "constraint") if k in resources})
+    return {k: v for k, v in params.items() if v is not None}
+
+
+def make_executor(kind: str, folder: Path, cell: Cell, resources: dict):
+    import submitit
+
+    executor = submitit.AutoExecutor(
+        folder=folder, cluster="slurm" if kind == "slurm" else "local", slurm_max_num_timeout=REQUEUES
+    )
+    if kind != "slurm":
+        executor._executor.max_num_timeout = REQUEUES  # LocalExecutor takes it only in its constructor
+    executor.update_parameters(**executor_parameters(kind, cell, resources))
+    return executor
+
+
+def _job_env() -> tuple[str | None, int]:
+    """(job id, global rank) inside a submitit job; (None, 0) outside."""
+    try:
+        import submitit
+
+        env = submitit.JobEnvironment()
+        return env.job_id, env.global_rank
+    except Exception:  # noqa: BLE001 - not in a submitit job (a direct call)
+        return None, 0
+
+
+def _ignore_preempt_signal():  # runs in the fit's process before exec: the job handles the signal
+    from submitit.core.job_environment import JobEnvironment
+
+    signal.signal(JobEnvironment._usr_sig(), signal.SIG_IGN)
+
+
+class CellJob(Checkpointable):
+    """What a submitted cell runs: `seqvae fit` with the cell's arguments (+ `--ckpt_path last.ckpt`
+    when the run directory has one) in a subprocess; returns its exit status. Rank 0 writes
+    sweep.log and sweep.run; the other tasks of a DDP cell write sweep.rank<N>.log."""
+
+    def __init__(self, cell: Cell, command: list[str], extra_args: list[str], env: dict[str, str], cwd: str):
+        self.cell, self.command, self.extra_args, self.env, self.cwd = cell, command, extra_args, env, cwd
+        self._proc = None
+
+    def __getstate__(self):
+        return {**self.__dict__, "_proc": None}
+
+    def __call__(self) -> int:
+        os.chdir(self.cwd)
+        cell = self.cell
+        job_id, rank = _job_env()
+        cell.run_dir.mkdir(parents=True, exist_ok=True)
+        args = [*cell.fit_args(), *self.extra_args]
+        with open(cell.run_dir / ("sweep.log" if rank == 0 else f"sweep.rank{rank}.log"), "a", encoding="utf-8") as log:
+            log.write(f"# {now()} seqvae fit {' '.join(args)}  (job {job_id}, rank {rank})\n")
+            log.flush()
+            self._proc = subprocess.Popen(
+                [*self.command, *args],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env={**os.environ, **self.env},
+                preexec_fn=_ignore_preempt_signal,
+            )
+            if rank == 0:
+                mark_started(cell.run_dir, job_id or str(self._proc.pid), self._proc.pid)
+            while self._proc.poll() is None:  # not wait(): checkpoint() may wait for it from a signal handler
+                time.sleep(0.5)
+        code = self._proc.returncode
+        if rank == 0:
+            mark_ended(cell.run_dir, code)
+        return code
+
+    def checkpoint(self, *args, **kwargs):
+        """Preempted or at the time limit: stops the fit, then the same cell is requeued; it resumes
+        from last.ckpt (submitit dumps the returned submission and requeues the job)."""
+        proc = self._proc
+        if proc is not None and proc.poll() is None:
+            proc.send_signal(signal.SIGINT)  # Lightning stops cleanly
+            try:
+                proc.wait(timeout=STOP_SECONDS)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        if _job_env()[1] == 0:
+            write_json(self.cell.run_dir / RUN_FILE, {**read_json(self.cell.run_dir / RUN_FILE), "requeued": now()})
+        return super().checkpoint(*args, **kwargs)
+
+
+class JobHandle:
+    """A submitted cell's job, followed by this sweep or found in sweep.job by a later one."""
+
+    def __init__(self, kind: str, job_id: str, folder: str, job=None, pid_start: str | None = None):
+        self.kind, self.job_id, self.folder, self.pid_start = kind, job_id, folder, pid_start
+        if job is None:
+            if kind == "slurm":
+                from submitit.slurm.slurm import SlurmJob
+
+                job = SlurmJob(folder, job_id)
+            else:
+                from submitit.local.local import LocalJob
+
+                job = LocalJob(folder, job_id)
+        self.job = job
+
+    @classmethod
+    def from_file(cls, run_dir: Path, kind: str | None = None) -> JobHandle | None:
+        info = read_json(run_dir / JOB_FILE)
+        if info.get("executor") not in ("slurm", "submitit-local") or (kind and info["executor"] != kind):
+            return None
+        if info["executor"] == "submitit-local" and info.get("host") != socket.gethostname():
+            return None
+        return cls(info["executor"], str(info["job_id"]), info["folder"], pid_start=info.get("pid_start"))
+
+    def state(self) -> str:
+        """RUNNING, QUEUED, ENDED or UNKNOWN (sacct not available here)."""
+        if self.kind == "slurm":
+            import shutil
+
+            if shutil.which("sacct") is None:
+                return "UNKNOWN"
+            state = (self.job.watcher.get_state(self.job_id, mode="force").split() or ["UNKNOWN"])[0]
+            return "RUNNING" if state in RUNNING_STATES else "QUEUED" if state in QUEUED_STATES else state
+        if getattr(self.job, "_process", None) is not None:  # submitted by this sweep: its controller process
+            return "RUNNING" if self.job._process.poll() is None else "ENDED"
+        return "RUNNING" if pid_alive(self.job_id, self.pid_start) else "ENDED"
+
+    def done(self) -> bool:
+        if self.kind == "slurm":
+            return self.job.done()
+        return self.state() == "ENDED"
+
+    def outcome(self) -> tuple[int | None, list[str]]:
+        """(the fit's exit status, or None when the job itself failed; lines that say why)."""
+        first = self.job.task(0)
+        if first.paths.result_pickle.exists():
+            try:
+                return first.result(), []
+            except Exception as err:  # noqa: BLE001 - the job raised: its traceback
+                return None, str(err).splitlines()[-TAIL_LINES:]
+        lines = [f"job {self.job_id} ended without a result ({first.paths.result_pickle} missing); its stderr:"]
+        return None, lines + log_tail(first.paths.stderr)
+
+
+class SubmititRunner:
+    """Runs cells as submitit jobs for `sweep.run_grid`: `run` submits one and follows it to its end;
+    `live` finds a job of an earlier sweep still queued or running, and `follow` waits for it."""
+
+    def __init__(self, kind: str, root_folder: Path, overrides: dict, command, say):
+        self.kind, self.overrides, self.command, self.say = kind, overrides, command, say
+        self.folder = root_folder
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+
+    def resources(self, cell: Cell) -> dict:
+        return {**cell.slurm, **self.overrides}
+
+    def submit(self, cell: Cell, one_thread: bool = False) -> JobHandle:
+        resources = self.resources(cell)
+        env = {"PYTHONUNBUFFERED": "1"}
+        if one_thread and "OMP_NUM_THREADS" not in os.environ:
+            env["OMP_NUM_THREADS"] = "1"
+        job = CellJob(cell, self.command([]), fit_device_args(resources), env, os.getcwd())
+        folder = self.folder.absolute()
+        with self._lock:  # one submission at a time (sbatch, pickles)
+            cell.run_dir.mkdir(parents=True, exist_ok=True)
+            submitted = make_executor(self.kind, folder, cell, resources).submit(job)
+        start = proc_start(int(submitted.job_id)) if self.kind != "slurm" else None
+        info = {"executor": self.kind, "job_id": submitted.job_id, "host": socket.gethostname(), "folder": str(folder)}
+        write_json(cell.run_dir / JOB_FILE, {**info, "pid_start": start, "submitted": now()})
+        self.say(f"{cell.tag}: submitted as {self.kind} job {submitted.job_id} (log {cell.run_dir / 'sweep.log'})")
+        return JobHandle(self.kind, submitted.job_id, str(folder), job=submitted, pid_start=start)
+
+    def live(self, cell: Cell) -> JobHandle | None:
+        handle = JobHandle.from_file(cell.run_dir, self.kind)
+        return handle if handle is not None and handle.state() in ("RUNNING", "QUEUED") else None
+
+    def run(self, cell: Cell, one_thread: bool = False) -> tuple[int | None, list[str]]:
+        return self.follow(cell, self.submit(cell, one_thread))
+
+    def follow(self, cell: Cell, handle: JobHandle) -> tuple[int | None, list[str]]:
+        while not handle.done():
+            if self._stop.wait(POLL_SECONDS):
+                return None, [f"not followed any more; job {handle.job_id} goes on"]
+        code, why = handle.outcome()
+        return code, (log_tail(cell.run_dir / "sweep.log") if code is None or code else []) + why
+
+    def stop(self) -> None:
+        self._stop.set()
+
+
+# ------------------------------------------------------------------------------------- --status
+def job_state(info: dict) -> str | None:
+    """RUNNING, QUEUED, ENDED, UNKNOWN (cannot tell from here), or None (no job recorded)."""
+    if not info.get("job_id"):
+        return None
+    if info.get("executor") == "local":
+        alive = pid_alive(info["job_id"], info.get("pid_start"), info.get("host"))
+        return "UNKNOWN" if alive is None else "RUNNING" if alive else "ENDED"
+    if info.get("executor") == "submitit-local" and info.get("host") != socket.gethostname():
+        return "UNKNOWN"
+    try:
+        return JobHandle(info["executor"], str(info["job_id"]), info.get("folder", "."), pid_start=info.get("pid_start")).state()
+    except Exception:  # noqa: BLE001 - a status table must not fail on one cell
+        return "UNKNOWN"
+
+
+def checkpoint_summary(path: Path, of: int | None) -> tuple[str, str]:
+    """("2/20, batch 120", "val/loss 95.312") of a last.ckpt: where it was saved and the latest
+    score of the checkpoint callback's monitor."""
+    from .sweep import checkpoint_position
+
+    where = (checkpoint_position(path, of) or "").removeprefix("epoch ")
+    try:
+        import torch
+
+        ckpt = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+        for key, value in ckpt.get("callbacks", {}).items():
+            if key.startswith("ModelCheckpoint") and value.get("current_score") is not None:
+                return where, f"{value['monitor']} {float(value['current_score']):.3f}"
+    except Exception:  # noqa: BLE001 - being written; the next --status reads it
+        pass
+    return where, ""
+
+
+def cell_status(cell: Cell) -> dict:
+    """One row of `--status`: state (done, running, queued, failed, interrupted, not started),
+    epoch, last metric and job."""
+    from .sweep import max_epochs
+
+    job, run = read_json(cell.run_dir / JOB_FILE), read_json(cell.run_dir / RUN_FILE)
+    row = {"cell": cell.name, "state": "not started", "epoch": "", "metric": "", "job": ""}
+    if job.get("job_id"):
+        row["job"] = f"{job.get('executor')} {job['job_id']}"
+    metrics = read_json(cell.run_dir / "metrics.json") or (read_json(cell.export_dir / "metrics.json") if cell.export_dir else {})
+    if metrics:
+        config = cell.run_dir if (cell.run_dir / "metrics.json").is_file() else cell.export_dir
+        of = max_epochs(config)
+        row.update(
+            state="done" if config == cell.run_dir else "done (exported)", epoch=f"{metrics.get('epochs', '?')}/{of or '?'}"
+        )
+        key = next((k for k in ("test/iw_nll", "test/nll", "test/loss") if isinstance(metrics.get(k), (int, float))), None)
+        row["metric"] = f"{key} {metrics[key]:.3f}" if key else ""
+        return row
+    if cell.last_ckpt.is_file():
+        row["epoch"], row["metric"] = checkpoint_summary(cell.last_ckpt, max_epochs(cell.run_dir))
+    live = job_state(job)
+    this_run = run.get("job_id") is not None and str(run.get("job_id")) == str(job.get("job_id"))
+    if live == "UNKNOWN" and this_run and run.get("started") and "ended" not in run and "requeued" not in run:
+        live = "RUNNING"
+    elif live == "UNKNOWN" and job and (not this_run or "requeued" in run):
+        live = "QUEUED"
+    if live in ("RUNNING", "QUEUED"):
+        row["state"] = live.lower()
+        return row
+    code = run.get("exit") if this_run or not job else None
+    if isinstance(code, int) and code not in (0, 130, -signal.SIGINT):
+        row["state"] = f"failed (exit {code})"
+    elif cell.last_ckpt.is_file():
+        row["state"] = "interrupted"
+    elif job or (cell.run_dir.is_dir() and any(cell.run_dir.iterdir())):
+        row["state"] = "failed"
+    return row
+
+
+def status_table(cells: list[Cell]) -> list[str]:
+    """The lines of `seqvae sweep GRID --status`: one row per cell, then the count of each state."""
+    rows = [cell_status(c) for c in cells]
+    head = {"cell": "cell", "state": "state", "epoch": "epoch", "metric": "last metric", "job": "job"}
+    width = {k: max(len(r[k]) for r in [head, *rows]) for k in head}
+    lines = ["  ".join(r[k].ljust(width[k]) for k in head).rstrip() for r in [head, *rows]]
+    counts = collections.Counter(r["state"].split(" (")[0] for r in rows)
+    return [*lines, f"{len(rows)} cells: " + ", ".join(f"{n} {s}" for s, n in counts.items())]
