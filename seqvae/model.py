@@ -346,21 +346,21 @@ class SeqVAE(pl.LightningModule):
         """Importance-weighted NLL per text in nats, (N,); exact NLL for the language model."""
         return scoring.iw_nll(self, texts, n_samples, batch_size)
 
-    def reconstruct(self, texts: list[str], temperature: float = 0.0, max_length: int = 100, batch_size: int = 64,
+    def reconstruct(self, texts: list[str], temperature: float | None = None, max_length: int | None = None, batch_size: int = 64,
                     decoding: Decoding | None = None, beam_width: int = 5, seed: int | None = None) -> list[str]:  # fmt: skip
-        """Decodes each text from its posterior mean: `decoding` "greedy", "sample" (from
-        softmax(logits / temperature)) or "beam" (width `beam_width`); by default greedy when
-        temperature is 0, else sampled. `seed` fixes the sampling noise (default: the global RNG)."""
+        """Decodes each text from its posterior mean, as `seqvae predict` does: `decoding` "greedy" (default),
+        "sample" (softmax(logits / temperature); the default when a temperature > 0 is given) or "beam"
+        (width `beam_width`), up to the batch's longest input + 20 tokens. `seed` fixes the sampling noise."""
         return generation.reconstruct(self, texts, temperature, max_length, batch_size, decoding, beam_width, seed)
 
-    def interpolate(self, a: str, b: str, steps: int = 5, max_length: int = 100, temperature: float = 0.0,
+    def interpolate(self, a: str, b: str, steps: int = 5, max_length: int | None = None, temperature: float | None = None,
                     decoding: Decoding | None = None, beam_width: int = 5, seed: int | None = None) -> list[str]:  # fmt: skip
-        """Decodes (greedy by default; `decoding` as in `reconstruct`) the `steps` points on the
-        straight line between the posterior means of texts a and b, both ends included."""
+        """Decodes (as `reconstruct`; up to 100 tokens) the `steps` points on the straight line
+        between the posterior means of texts a and b, both ends included."""
         return generation.interpolate(self, a, b, steps, max_length, temperature, decoding, beam_width, seed)
 
-    def sample(self, n: int, temperature: float = 1.0, max_length: int = 100, decoding: Decoding | None = None,
+    def sample(self, n: int, temperature: float | None = None, max_length: int | None = None, decoding: Decoding | None = None,
                beam_width: int = 5, seed: int | None = None) -> list[str]:  # fmt: skip
-        """n texts decoded from z ~ N(0, I): sampled words by default (greedy when temperature
-        is 0; `decoding` as in `reconstruct`). `seed` fixes z and the word noise."""
+        """n texts decoded (as `reconstruct`; up to 100 tokens) from z ~ N(0, I), as
+        `seqvae predict --model.generation.mode sample`. `seed` fixes z and the word noise."""
         return generation.sample(self, n, temperature, max_length, decoding, beam_width, seed)
