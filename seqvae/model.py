@@ -355,8 +355,7 @@ class SeqVAE(pl.LightningModule):
 
     def interpolate(self, a: str, b: str, steps: int = 5, max_length: int | None = None, temperature: float | None = None,
                     decoding: Decoding | None = None, beam_width: int = 5, seed: int | None = None) -> list[str]:  # fmt: skip
-        """Decodes (as `reconstruct`; up to 100 tokens) the `steps` points on the straight line
-        between the posterior means of texts a and b, both ends included."""
+        """Decodes (as `reconstruct`; ≤ 100 tokens) `steps` points from a's posterior mean to b's, ends included."""
         return generation.interpolate(self, a, b, steps, max_length, temperature, decoding, beam_width, seed)
 
     def sample(self, n: int, temperature: float | None = None, max_length: int | None = None, decoding: Decoding | None = None,
