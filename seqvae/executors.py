@@ -2,16 +2,14 @@
 state each cell is in (`seqvae sweep GRID --status`).
 
 `local` (the default) runs each cell as a subprocess of the sweep (`sweep.run_cell`). `slurm`
-submits each cell as one submitit job (sbatch); `submitit-local` takes the same submission path
-with submitit's LocalExecutor (a job is a local process: what CI and a laptop use). A job runs
-`seqvae fit` as its own subprocess, its output in the cell's `sweep.log`, as a local cell does.
-The sweep stays in the foreground and follows its jobs: a cell that `needs` another is submitted
-once that one finished. Interrupted, it leaves the submitted jobs running; run the same command
-again and it follows them (a cell whose job is still queued or running is not submitted twice).
+submits each cell as one submitit job (sbatch); `submitit-local` takes the same path with
+submitit's LocalExecutor (what CI and a laptop use). A job runs `seqvae fit` as its subprocess,
+output in the cell's `sweep.log`. The sweep follows its jobs in the foreground (a cell that
+`needs` another is submitted once that one finished); stopped, it leaves them running, and the
+same command again follows them (a cell whose job is queued or running is not submitted twice).
 
 Resources: the grid file's `slurm:` mapping (a variant's own `slurm:` wins), and `--slurm.KEY VALUE`
-on the command line (wins over both):
-
+on the command line (wins over both); timeout_min defaults to a day:
     slurm: {partition: gpu, account: myproj, qos: normal, constraint: a100, nodes: 1,
             gpus_per_node: 1, cpus_per_task: 8, mem_gb: 32, timeout_min: 240}
 
@@ -36,6 +34,7 @@ from __future__ import annotations
 import collections
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -43,6 +42,7 @@ import threading
 import time
 from pathlib import Path
 
+import submitit
 from submitit.helpers import Checkpointable
 
 from .grid import SLURM_KEYS, Cell, GridError, slurm_value
@@ -157,14 +157,9 @@ def executor_parameters(kind: str, cell: Cell, resources: dict) -> dict:
     return {k: v for k, v in params.items() if v is not None}
 
 
-def make_executor(kind: str, folder: Path, cell: Cell, resources: dict):
-    import submitit
-
-    executor = submitit.AutoExecutor(
-        folder=folder, cluster="slurm" if kind == "slurm" else "local", slurm_max_num_timeout=REQUEUES
-    )
-    if kind != "slurm":
-        executor._executor.max_num_timeout = REQUEUES  # LocalExecutor takes it only in its constructor
+def make_executor(kind: str, folder: Path, cell: Cell, resources: dict) -> submitit.AutoExecutor:
+    cluster = "slurm" if kind == "slurm" else "local"
+    executor = submitit.AutoExecutor(folder, cluster, slurm_max_num_timeout=REQUEUES, local_max_num_timeout=REQUEUES)
     executor.update_parameters(**executor_parameters(kind, cell, resources))
     return executor
 
@@ -172,8 +167,6 @@ def make_executor(kind: str, folder: Path, cell: Cell, resources: dict):
 def _job_env() -> tuple[str | None, int]:
     """(job id, global rank) inside a submitit job; (None, 0) outside."""
     try:
-        import submitit
-
         env = submitit.JobEnvironment()
         return env.job_id, env.global_rank
     except Exception:  # noqa: BLE001 - not in a submitit job (a direct call)
@@ -181,9 +174,7 @@ def _job_env() -> tuple[str | None, int]:
 
 
 def _ignore_preempt_signal():  # runs in the fit's process before exec: the job handles the signal
-    from submitit.core.job_environment import JobEnvironment
-
-    signal.signal(JobEnvironment._usr_sig(), signal.SIG_IGN)
+    signal.signal(submitit.JobEnvironment._usr_sig(), signal.SIG_IGN)
 
 
 class CellJob(Checkpointable):
@@ -244,31 +235,11 @@ class JobHandle:
 
     def __init__(self, kind: str, job_id: str, folder: str, job=None, pid_start: str | None = None):
         self.kind, self.job_id, self.folder, self.pid_start = kind, job_id, folder, pid_start
-        if job is None:
-            if kind == "slurm":
-                from submitit.slurm.slurm import SlurmJob
-
-                job = SlurmJob(folder, job_id)
-            else:
-                from submitit.local.local import LocalJob
-
-                job = LocalJob(folder, job_id)
-        self.job = job
-
-    @classmethod
-    def from_file(cls, run_dir: Path, kind: str | None = None) -> JobHandle | None:
-        info = read_json(run_dir / JOB_FILE)
-        if info.get("executor") not in ("slurm", "submitit-local") or (kind and info["executor"] != kind):
-            return None
-        if info["executor"] == "submitit-local" and info.get("host") != socket.gethostname():
-            return None
-        return cls(info["executor"], str(info["job_id"]), info["folder"], pid_start=info.get("pid_start"))
+        self.job = job or (submitit.SlurmJob if kind == "slurm" else submitit.LocalJob)(folder, job_id)
 
     def state(self) -> str:
         """RUNNING, QUEUED, ENDED or UNKNOWN (sacct not available here)."""
         if self.kind == "slurm":
-            import shutil
-
             if shutil.which("sacct") is None:
                 return "UNKNOWN"
             state = (self.job.watcher.get_state(self.job_id, mode="force").split() or ["UNKNOWN"])[0]
@@ -299,8 +270,7 @@ class SubmititRunner:
     `live` finds a job of an earlier sweep still queued or running, and `follow` waits for it."""
 
     def __init__(self, kind: str, root_folder: Path, overrides: dict, command, say):
-        self.kind, self.overrides, self.command, self.say = kind, overrides, command, say
-        self.folder = root_folder
+        self.kind, self.folder, self.overrides, self.command, self.say = kind, root_folder, overrides, command, say
         self._stop = threading.Event()
         self._lock = threading.Lock()
 
@@ -324,8 +294,10 @@ class SubmititRunner:
         return JobHandle(self.kind, submitted.job_id, str(folder), job=submitted, pid_start=start)
 
     def live(self, cell: Cell) -> JobHandle | None:
-        handle = JobHandle.from_file(cell.run_dir, self.kind)
-        return handle if handle is not None and handle.state() in ("RUNNING", "QUEUED") else None
+        info = read_json(cell.run_dir / JOB_FILE)
+        if info.get("executor") != self.kind or job_state(info) not in ("RUNNING", "QUEUED"):
+            return None
+        return JobHandle(self.kind, str(info["job_id"]), info["folder"], pid_start=info.get("pid_start"))
 
     def run(self, cell: Cell, one_thread: bool = False) -> tuple[int | None, list[str]]:
         return self.follow(cell, self.submit(cell, one_thread))

@@ -71,6 +71,16 @@ def test_shipped_yahoo10k_grid_matches_the_script(in_repo):
         assert fb.needs == [Path(f"runs/yahoo10k/autoencoder/seed{seed}")]
 
 
+def test_shipped_yahoo_cluster_grid(in_repo):
+    cells = sweep.load_grid("configs/sweeps/yahoo.yaml")
+    methods = sorted(p.stem for p in Path("configs/yahoo").glob("*.yaml") if p.stem != "base")
+    assert sorted({c.variant for c in cells}) == methods and len(cells) == 3 * len(methods)
+    assert all(c.slurm == {"gpus_per_node": 1, "cpus_per_task": 4, "mem_gb": 32, "timeout_min": 240} for c in cells)
+    fb = next(c for c in cells if c.name == "freebits/seed2")
+    assert fb.args[fb.args.index("--model.init_encoder_from") + 1] == "runs/yahoo/autoencoder/seed2/checkpoints/best.ckpt"
+    assert fb.needs == [Path("runs/yahoo/autoencoder/seed2")]
+
+
 def test_values_and_precedence(in_repo, tmp_path):
     g = grid(seeds=[3], overrides={"trainer.max_epochs": 2, "model.skip": True, "model.bn_gamma": None, "data.seed": "${seed}"})
     g["variants"] = [
