@@ -260,3 +260,20 @@ def test_encoder_diagnostics_on_a_trained_run(tiny, tmp_path, capsys):
     assert "encoder features: mean |h|" in capsys.readouterr().out
     with pytest.raises(SystemExit, match="no such checkpoint"):
         tool.diagnose(tmp_path / "nope")
+
+
+def test_no_shipped_config_trains_in_reduced_precision():
+    """The collapse comparisons train in fp32 (Lightning's default): bf16 training changed KL, AU
+    and MI of short BN-VAE runs (scripts/check_precision.py; docs/performance.md), so no config
+    may switch it on quietly. A user still can, with --trainer.precision bf16-mixed."""
+    import yaml
+
+    from seqvae.runs import flatten
+
+    files = sorted(CONFIGS.rglob("*.yaml"))  # run configs and sweep grids (overrides: {trainer.precision: …})
+    assert len(files) > 20
+    for path in files:
+        settings = flatten(yaml.safe_load(path.read_text()) or {})
+        for key, value in settings.items():
+            if key.endswith("precision"):
+                assert value in (32, "32", "32-true"), f"{path}: {key} {value}"
