@@ -24,7 +24,16 @@ from .commands import main  # noqa: F401  (the entry point; `seqvae.cli.main` ke
 from .data import CorpusError, TextDataModule, load_checkpoint
 from .model import AGGRESSIVE_DDP, ConfigError, NonFiniteError, SeqVAE
 from .provenance import provenance
-from .run_files import free_number, log_hparams, numbered, per_text_csv, run_hparams, write_new_file, write_new_files
+from .run_files import (
+    drop_empty_event_files,
+    free_number,
+    log_hparams,
+    numbered,
+    per_text_csv,
+    run_hparams,
+    write_new_file,
+    write_new_files,
+)
 
 
 class RunDirConfig(SaveConfigCallback):
@@ -243,6 +252,7 @@ class SeqVAECLI(LightningCLI):
             print(f"seqvae: no run directory (trainer.fast_dev_run); {len(lines)} texts not written", file=sys.stderr)
             return
         path = write_new_file(Path(self.trainer.log_dir) / "predictions.txt", text)
+        drop_empty_event_files(Path(self.trainer.log_dir))
         print(f"seqvae: wrote {len(lines)} texts ({generation.mode}, {generation.decoding}) to {path}", file=sys.stderr)
 
     def _write_metrics(self, extra: dict):

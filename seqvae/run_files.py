@@ -110,3 +110,16 @@ def per_text_csv(rows: dict, line_numbers: list[int]) -> str:
     for i, tokens, neg_elbo, kl, iw, se in zip(*cols):
         out.append(f"{int(i)},{line_numbers[int(i)]},{int(tokens)},{neg_elbo:.6f},{kl:.6f},{iw:.6f},{se:.6f}")
     return "\n".join(out) + "\n"
+
+
+def drop_empty_event_files(run_dir: Path) -> int:
+    """Removes the run's TensorBoard event files that hold nothing but their header (what a
+    predict run's logger leaves): TensorBoard would list the run with no data. Returns how many."""
+    from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
+
+    dropped = 0
+    for path in sorted(Path(run_dir).glob("events.out.tfevents.*")):
+        if all(event.WhichOneof("what") == "file_version" for event in EventFileLoader(str(path)).Load()):
+            path.unlink()
+            dropped += 1
+    return dropped

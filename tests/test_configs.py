@@ -96,6 +96,7 @@ def test_predict_writes_one_reconstruction_per_input_line_in_order(tiny, tmp_pat
     (tmp_path / "in.txt").write_text("\n".join(lines) + "\n")
     SeqVAECLI(args=["predict", *common, f"--data.predict={tmp_path / 'in.txt'}", f"--ckpt_path={ckpt}"])
     out = (tmp_path / "demo" / "version_1" / "predictions.txt").read_text().splitlines()
+    assert not list((tmp_path / "demo" / "version_1").glob("events.out.tfevents.*"))  # no empty run in TensorBoard
     from seqvae import SeqVAE
 
     model = SeqVAE.load_from_checkpoint(ckpt)
