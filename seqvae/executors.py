@@ -78,9 +78,11 @@ def now() -> str:
 
 
 def proc_start(pid: int) -> str | None:
-    """The start time of a process (/proc), which tells a reused pid from the one recorded."""
+    """The start time of a process (/proc), which tells a reused pid from the one recorded; "Z"
+    for a zombie (ended, not yet reaped)."""
     try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return "Z" if fields[0] == "Z" else fields[19]
     except (OSError, IndexError):
         return None
 

@@ -137,7 +137,10 @@ logger = "--trainer.logger.init_args."
 run = Path(value(logger + "save_dir")) / value(logger + "name") / value(logger + "version")
 (run / "checkpoints").mkdir(parents=True, exist_ok=True)
 print("fit", " ".join(a), flush=True)
-if "--ckpt_path" not in a and "--finish" not in a:
+if "--wait_for" in a:
+    while not Path(value("--wait_for")).exists():
+        time.sleep(0.05)
+elif "--ckpt_path" not in a and "--finish" not in a:
     (run / "checkpoints" / "last.ckpt").write_bytes(b"")
     try:
         time.sleep(300)
@@ -178,6 +181,33 @@ def test_a_signalled_job_checkpoints_and_is_requeued_resuming_from_last_ckpt(tmp
     job_id = executors.read_json(run / "sweep.job")["job_id"]
     assert "Requeued job" in (root / ".submitit" / f"{job_id}_0_log.out").read_text()
     assert executors.read_json(run / "sweep.run")["exit"] == 0
+
+
+def test_a_rerun_follows_a_job_still_running_instead_of_submitting_it_again(tmp_path, capsys, monkeypatch, in_thread):
+    """After a logout (the sweep gone, its job not), the same command follows the job of sweep.job."""
+    fake(monkeypatch)
+    root = tmp_path / "runs"
+    g = {"root": str(root), "configs": [DEMO], "overrides": {"wait_for": str(tmp_path / "go")}, "seeds": [1]}
+    path = write_grid(tmp_path / "grid.yaml", {**g, "variants": [{"name": "a"}]})
+    run = root / "a" / "seed1"
+    (cell,) = sweep.load_grid(path)
+    job_id = executors.SubmititRunner("submitit-local", root / ".submitit", {}, sweep.fit_command, print).submit(cell).job_id
+    wait_for(lambda: "pid" in executors.read_json(run / "sweep.run"), "the job's fit")
+    thread, result = in_thread([str(path), "--executor", "submitit-local"])
+    err, end = "", time.monotonic() + 60
+    try:
+        while f"[1/1] a/seed1: job {job_id} submitted earlier is running: following it\n" not in err:
+            assert thread.is_alive() and time.monotonic() < end, err
+            time.sleep(0.05)
+            err += capsys.readouterr().err
+    finally:
+        (tmp_path / "go").touch()  # the fakes end, whatever happened
+    thread.join(timeout=60)
+    err += capsys.readouterr().err
+    assert result.get("code") == 0, err
+    assert "submitted as" not in err and "seqvae sweep: [1/1] a/seed1: done in " in err
+    assert executors.read_json(run / "sweep.job")["job_id"] == job_id and (run / "metrics.json").is_file()
+    assert sum(line.startswith("# ") for line in (run / "sweep.log").read_text().splitlines()) == 1  # started once
 
 
 # ------------------------------------------------------------------------------------- SLURM, mocked

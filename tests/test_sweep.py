@@ -346,6 +346,8 @@ def test_jobs_run_cells_side_by_side_and_needs_wait(in_repo, tmp_path, capsys, m
     assert times["a"][0] < times["b"][1] and times["b"][0] < times["a"][1]  # a and b overlapped
     assert times["dep"][0] >= times["a"][1]  # dep started after what it needs had finished
     assert "seqvae sweep: 3 cells (3 ran) in " in err
+    # The first cell to finish leaves the other of a and b running (dep starts only after this line).
+    assert re.search(r"seqvae sweep: grid 1/3 done, 1 running, 1 left, \d+:\d\d elapsed, ETA \d+:\d\d\n", err)
 
 
 def test_export_copies_each_finished_cell_and_backfills_skipped_ones(in_repo, tmp_path, capsys, monkeypatch):
