@@ -378,6 +378,11 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     runner, jobs = LocalRunner(), args.jobs or 1
     if args.executor != "local":
+        if args.executor == "slurm" and shutil.which("sbatch") is None:
+            print(
+                "seqvae sweep: error: --executor slurm: no sbatch on this machine (run it on a SLURM login node)", file=sys.stderr
+            )
+            return 2
         folder = cells[0].run_dir.parents[1] / ".submitit"  # submitit's pickles and logs: <root>/.submitit/<job id>_*
         runner = executors.SubmititRunner(args.executor, folder, overrides, fit_command, say)
         jobs = args.jobs or (len(cells) if args.executor == "slurm" else 1)

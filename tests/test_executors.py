@@ -228,7 +228,7 @@ def test_slurm_path_with_submitits_mocked_cluster(tmp_path, capsys, monkeypatch,
     }
     path = write_grid(tmp_path / "grid.yaml", g)
     folder = root / ".submitit"
-    mock = MockedSubprocess(known_cmds=["srun", "sacct"])
+    mock = MockedSubprocess(known_cmds=["srun", "sacct", "sbatch"])
     try:
         with mock.context():
             thread, result = in_thread([str(path), "--executor", "slurm", "--slurm.account", "proj"])
@@ -356,7 +356,7 @@ def test_status_states_from_the_run_directories(tmp_path, capsys):
     assert rows[8] == "7 cells: 1 done, 2 failed, 1 interrupted, 1 running, 1 queued, 1 not started".split()
 
 
-def test_slurm_options_are_checked_with_one_line_errors(tmp_path, capsys):
+def test_slurm_options_are_checked_with_one_line_errors(tmp_path, capsys, monkeypatch):
     g = {"root": str(tmp_path / "runs"), "configs": [DEMO], "seeds": [1], "variants": [{"name": "a"}]}
     path = write_grid(tmp_path / "grid.yaml", g)
     cases = [
@@ -364,7 +364,9 @@ def test_slurm_options_are_checked_with_one_line_errors(tmp_path, capsys):
         (["--executor", "slurm", "--slurm.gpus_per_node", "-1"], "--slurm.gpus_per_node: expected an integer >= 0, got -1"),
         (["--executor", "slurm", "--slurm.timeout_min", "1.5"], "--slurm.timeout_min: expected an integer >= 1, got '1.5'"),
         (["--slurm.partition", "gpu"], "--slurm.partition: only with --executor slurm or submitit-local"),
+        (["--executor", "slurm"], "--executor slurm: no sbatch on this machine (run it on a SLURM login node)"),
     ]
+    monkeypatch.setattr(sweep.shutil, "which", lambda name: None)  # not a SLURM login node, wherever the tests run
     for args, message in cases:
         assert sweep.main([str(path), *args]) == 2
         assert capsys.readouterr().err == f"seqvae sweep: error: {message}\n"
