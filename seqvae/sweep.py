@@ -156,10 +156,11 @@ def run_cell(cell: Cell, one_thread: bool = False) -> tuple[int, list[str]]:
                         say(f"{cell.tag}: {where} saved, {clock(time.monotonic() - start)} elapsed")
         except KeyboardInterrupt:
             proc.wait()  # the fit got the same SIGINT; Lightning stops it cleanly
+            executors.mark_ended(cell.run_dir, "interrupted")  # --status: resumable, not failed
             raise
         finally:
             reader.join(timeout=10)
-            executors.mark_ended(cell.run_dir, proc.returncode)
+    executors.mark_ended(cell.run_dir, proc.returncode)
     return proc.returncode, list(tail)
 
 
@@ -389,8 +390,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         failed = run_grid(cells, max(1, jobs), runner)
     except KeyboardInterrupt:
-        left = "; submitted jobs go on" if args.executor == "slurm" else ""
-        say(f"interrupted{left}; rerun the same command to resume")
+        say(f"interrupted{'; submitted jobs go on' if args.executor == 'slurm' else ''}; rerun the same command to resume")
         return 130
     code = compare_cells(cells, args.format, args.plots)
     return 1 if failed or code else 0

@@ -334,6 +334,8 @@ def test_status_states_from_the_run_directories(tmp_path, capsys):
     score = {"monitor": "val/loss", "current_score": torch.tensor(95.3124)}
     ckpt = {"epoch": 1, "loops": {"fit_loop": {"epoch_loop.batch_progress": progress}}, "callbacks": {"ModelCheckpoint{}": score}}
     torch.save(ckpt, run["interrupted"] / "checkpoints" / "last.ckpt")
+    executors.write_json(run["interrupted"] / "sweep.job", {"executor": "local", "job_id": "999999999", "host": "h"})
+    executors.write_json(run["interrupted"] / "sweep.run", {"job_id": "999999999", "exit": "interrupted"})  # Ctrl-C'd sweep
     me = {"executor": "local", "job_id": str(os.getpid()), "host": executors.socket.gethostname()}
     executors.write_json(run["running"] / "sweep.job", {**me, "pid_start": executors.proc_start(os.getpid())})
     executors.write_json(run["reused"] / "sweep.job", {**me, "pid_start": "1"})  # this pid, but another process
@@ -348,7 +350,7 @@ def test_status_states_from_the_run_directories(tmp_path, capsys):
     rows = [line.split() for line in capsys.readouterr().out.splitlines()]
     assert rows[1] == ["done/seed1", "done", "3/3", "test/iw_nll", "91.235"]
     assert rows[2] == ["failed/seed1", "failed", "(exit", "2)", "local", "999999999"]
-    assert rows[3] == ["interrupted/seed1", "interrupted", "2/20,", "batch", "7", "val/loss", "95.312"]
+    assert rows[3] == ["interrupted/seed1", "interrupted", "2/20,", "batch", "7", "val/loss", "95.312", "local", "999999999"]
     assert rows[4] == ["running/seed1", "running", "local", str(os.getpid())]
     assert rows[5] == ["reused/seed1", "failed", "local", str(os.getpid())]
     assert rows[6] == ["queued/seed1", "queued", "slurm", "77"]
