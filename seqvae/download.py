@@ -188,7 +188,7 @@ def _unpack(archive: Path, url: str, pattern: str, out: Path) -> None:
         else:
             raise Failure(f"{url} is not a zip or tar archive")
         with box:
-            names = [n.lstrip("./") or n for n in members]
+            names = [n.removeprefix("./") for n in members]  # tar's "./simple-examples/…"
             members = dict(zip(names, members.values()))
             if subdir:
                 names = [n for n in names if n.startswith(subdir + "/")]
