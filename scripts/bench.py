@@ -2,6 +2,14 @@
 
     python scripts/bench.py [--quick] [--threads N] [--device cpu|cuda] [--bf16] [--json PATH]
     python scripts/bench.py --profile [--threads N]   # torch.profiler op tables of the small config
+    python scripts/bench.py --allocator [--steps 10] [--docs 4] [--iw-samples 100]   # glibc default vs seqvae's
+
+`--allocator`: CPU time of the small config's training steps (32 random texts of 80 tokens) and of
+IW-NLL per document, under glibc's default malloc and under `seqvae.allocator.reuse_freed_memory`,
+each in its own process (the thresholds are per process), one torch thread. Per step/document:
+wall, user and system CPU seconds and minor page faults (getrusage). System time and faults are
+what the setting removes; other processes inflate wall time, not this process's CPU times. The last
+training loss and the IW-NLL sum are printed under both settings: they must be equal to the bit.
 
 It measures what `seqvae` runs: the glibc allocator setting of the `seqvae` command
 (`allocator.reuse_freed_memory`), and the model's own `loss_terms` / `decoder.log_likelihood`, once
@@ -253,6 +261,67 @@ def measure(spec: dict) -> dict:
     return out
 
 
+ALLOCATORS = ("glibc default", "reuse_freed_memory")
+
+
+def rusage():
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return time.perf_counter(), r.ru_utime, r.ru_stime, r.ru_minflt
+
+
+def allocator_bench(spec: dict) -> dict:
+    """Training steps and IW-NLL under `spec["allocator"]`, applied (or not) by main() before any tensor."""
+
+    def per_item(a, b, n):
+        return {"wall_s": (b[0] - a[0]) / n, "user_s": (b[1] - a[1]) / n, "sys_s": (b[2] - a[2]) / n, "faults": (b[3] - a[3]) / n}
+
+    torch.manual_seed(0)
+    model = SeqVAE(**CONFIGS["small"]).eval()  # IW-NLL of the initial weights
+    V, docs = CONFIGS["small"]["vocab_size"], spec["docs"]
+    tokens, lengths = torch.randint(4, V, (docs, 80)), torch.full((docs,), 80)
+
+    def iw():
+        mu, logvar, _ = model.encoder(tokens, lengths)
+        ll = lambda z: model.decoder.log_likelihood(tokens, lengths, z)  # noqa: E731
+        return iw_nll(ll, mu, logvar, spec["iw_samples"], model.iw_chunk(tokens))
+
+    with torch.no_grad():
+        iw()  # warm-up
+        start = rusage()
+        nll = iw()
+    out = {"iw_doc": per_item(start, rusage(), docs)}
+    model.train()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)  # lr 1 on one repeated random batch diverges
+    batch = {"tokens": torch.randint(4, V, (32, 80)), "lengths": torch.full((32,), 80)}
+    warm = 3
+    for i in range(warm + spec["steps"]):
+        if i == warm:
+            start = rusage()
+        opt.zero_grad()
+        loss = model.loss_terms(batch, 1.0)["loss"]
+        loss.backward()
+        opt.step()
+    out["train_step"] = per_item(start, rusage(), spec["steps"])
+    # The same numbers under both settings: the allocator changes where tensors live, not values.
+    out["values"] = {"last_loss": float(loss), "iw_nll_sum": float(nll.sum())}
+    return out
+
+
+def allocator_main(args) -> None:
+    print(f"{os.cpu_count()} CPU cores, 1-min load average {os.getloadavg()[0]:.2f}; {args.steps} training steps of "
+          f"32 x 80 tokens, IW-NLL of {args.docs} texts with K = {args.iw_samples}; small config, 1 torch thread")  # fmt: skip
+    for setting in ALLOCATORS:
+        spec = {"part": "allocator", "allocator": setting, "steps": args.steps, "docs": args.docs, "iw_samples": args.iw_samples}
+        r = run_child(spec, 1)
+        for what in ("train_step", "iw_doc"):
+            m = r[what]
+            print(f"{setting:<20} {what:<11} {m['wall_s']:6.3f} s wall  {m['user_s']:6.3f} s user  "
+                  f"{m['sys_s']:6.3f} s sys  {m['faults']:8.0f} minor faults")  # fmt: skip
+        print(f"{setting:<20} last training loss {r['values']['last_loss']!r}, IW-NLL sum {r['values']['iw_nll_sum']!r}")
+        note = "" if r["applied"] or setting == ALLOCATORS[0] else " (not applied: not glibc)"
+        print(f"{setting:<20} max RSS {r['memory']['max_rss_mib']:.0f} MiB{note}")
+
+
 def run_child(spec: dict, threads: int | None) -> dict:
     """`measure(spec)` in a fresh interpreter (its own peak RSS)."""
     cmd = [sys.executable, __file__, "--child", json.dumps(spec)] + (["--threads", str(threads)] if threads else [])
@@ -274,16 +343,26 @@ def main():
     p.add_argument("--json", type=Path, help="also write the figures here")
     p.add_argument("--paths", default="fused,plain", help="output-layer paths to measure, comma-separated")
     p.add_argument("--profile", action="store_true", help="only print profiles of the small config (fused and plain)")
+    p.add_argument("--allocator", action="store_true", help="only compare glibc's default malloc with seqvae's setting")
+    p.add_argument("--steps", type=int, default=10, help="--allocator: timed training steps")
+    p.add_argument("--docs", type=int, default=4, help="--allocator: IW-NLL documents")
     p.add_argument("--child", help=argparse.SUPPRESS)  # internal: one measurement, JSON spec
     args = p.parse_args()
-    reuse_freed_memory()  # as the `seqvae` command does at start-up (seqvae/cli.py)
+    spec = json.loads(args.child) if args.child else {}
+    applied = False
+    if spec.get("allocator") != ALLOCATORS[0]:
+        applied = reuse_freed_memory()  # as the `seqvae` command does at start-up (seqvae/cli.py)
     if args.threads:
         torch.set_num_threads(args.threads)
     warnings.filterwarnings("ignore")
     logging.getLogger("pytorch_lightning").setLevel(logging.ERROR)  # no "GPU available: …" banner
     if args.child:
-        print("RESULT " + json.dumps(measure(json.loads(args.child))))
+        r = allocator_bench(spec) if spec["part"] == "allocator" else measure(spec)
+        r.update(applied=applied, memory=memory(torch.device("cpu")) if spec["part"] == "allocator" else r["memory"])
+        print("RESULT " + json.dumps(r))
         return
+    if args.allocator:
+        return allocator_main(args)
     device, threads, began = torch.device(args.device), torch.get_num_threads(), time.perf_counter()
     torch.manual_seed(0)
     res = {"command": " ".join(["python", "scripts/bench.py", *sys.argv[1:]]), "torch": torch.__version__,

@@ -13,7 +13,7 @@ from seqvae.allocator import reuse_freed_memory
 # block that a small allocation fences off from the top of the heap can be a few bytes too small
 # for the next request, and the heap grows instead; whether that happens depends on the address-
 # space layout (a test that counted faults on a second block failed 3 runs in 8). On the real
-# training step the faults go to zero: scripts/bench_malloc.py measures that.
+# training step the faults go to zero: `scripts/bench.py --allocator` measures that.
 # It runs in a fresh interpreter, as the `seqvae` command calls the setting first thing, and loads
 # allocator.py by path so that seqvae's imports do not allocate in between.
 PROBE = """
