@@ -47,6 +47,12 @@ class Corpus:
     n_empty: int = 0  # empty / whitespace-only lines, skipped
     n_too_long: int = 0  # lines longer than max_length tokens, skipped
     line_numbers: list[int] = field(default_factory=list)  # 1-based, of each kept text
+    n_tab: int = 0  # kept lines holding a tab
+    n_label_like: int = 0  # ... whose part before the first tab is one short token (`5<TAB>text`)
+    first_label: str | None = None  # that token on the first such line
+
+
+LABEL_MAX_CHARS = 32  # a class label, not a text: `5`, `pos`, `__label__sports`
 
 
 def texts_digest(texts: list[list[str]]) -> str:
@@ -105,9 +111,12 @@ def read_corpus(
             text = line.decode("utf-8")
         except UnicodeDecodeError as err:
             raise CorpusError(f"{path}:{number}: not valid UTF-8 (byte {err.start})") from None
-        label = None
-        if label_column and "\t" in text:
-            label, text = text.split("\t", 1)
+        label, has_tab, label_like = None, "\t" in text, False
+        if has_tab:
+            head, rest = text.split("\t", 1)
+            label_like = rest.strip() != "" and 0 < len(head.strip()) <= LABEL_MAX_CHARS and len(head.split()) == 1
+            if label_column:
+                label, text = head, rest
         tokens = text.split()
         if not tokens:
             corpus.n_empty += 1
@@ -115,6 +124,10 @@ def read_corpus(
         if max_length is not None and len(tokens) > max_length:
             corpus.n_too_long += 1
             continue
+        corpus.n_tab += has_tab
+        if label_like:
+            corpus.n_label_like += 1
+            corpus.first_label = corpus.first_label or head.strip()
         corpus.texts.append(tokens)
         corpus.labels.append(label)
         corpus.line_numbers.append(number)
@@ -247,6 +260,21 @@ def unk_token_hint(texts: list[list[str]], unk_token: str) -> str | None:
         f"data.unk_token is {unk_token!r}, which never occurs in the training text, but {word!r} occurs {n} times: "
         f"if {word!r} is this corpus's unknown token, set --data.unk_token '{word}'"
     )
+
+
+def label_column_hint(corpus: Corpus, label_column: bool) -> str | None:
+    """A one-line warning when `data.label_column` looks wrong for this file: most lines start
+    with `label<TAB>` but it is off (the label would be read as each text's first word), or it
+    is on but no line holds a tab (every line is read as text, with no label); else None."""
+    n = len(corpus.texts)
+    if not label_column and corpus.n_label_like >= max(1, n // 2):
+        return (
+            f"{corpus.path}: {corpus.n_label_like} of {n} lines start with a label column ({corpus.first_label!r}<TAB>text) "
+            "that is read as each text's first word; if it is a label, set --data.label_column true"
+        )
+    if label_column and corpus.n_tab == 0:
+        return f"{corpus.path}: data.label_column is true but no line holds a tab: every line is read as text, none has a label"
+    return None
 
 
 def load_vocabulary(path: str | Path) -> Vocabulary:

@@ -28,6 +28,7 @@ from .corpus import (  # noqa: F401  (re-exported: the names a user of the data 
     IndexedTexts,
     Vocabulary,
     collate,
+    label_column_hint,
     load_checkpoint,
     load_vocabulary,
     parse_line_range,
@@ -166,6 +167,16 @@ class _TrainLoader(DataLoader):
 SAMPLERS = {"bucket": BucketBatchSampler, "padded": RandomBatchSampler}
 
 
+_warned: set[str] = set()  # files already warned about in this process (train = val = test file)
+
+
+def warn_label_column(corpus: Corpus, label_column: bool, option: str) -> None:
+    hint = label_column_hint(corpus, label_column)
+    if hint is not None and corpus.path not in _warned:
+        _warned.add(corpus.path)
+        print(f"seqvae: warning: {option}: {hint}", file=sys.stderr)
+
+
 class TextDataModule(pl.LightningDataModule):
     """Train/validation/test splits of a one-text-per-line corpus.
 
@@ -257,6 +268,7 @@ class TextDataModule(pl.LightningDataModule):
                 self.corpora[split] = read_corpus(path, lines, h.label_column, h.max_length)
             except CorpusError as err:  # name the option as well as the file
                 raise CorpusError(f"data.{option}: {err}") from None
+            warn_label_column(self.corpora[split], h.label_column, f"data.{option}")
 
     def split_ids(self, split: str) -> list[torch.Tensor]:
         """The split's texts as id sequences, reading its file if not done yet."""
@@ -316,7 +328,10 @@ class TextDataModule(pl.LightningDataModule):
         kind = _TrainLoader if split == "train" else DataLoader
         loader = kind(
             IndexedTexts(data) if split != "train" else data,
-            batch_sampler=sampler, collate_fn=collate, num_workers=self.hparams.num_workers, generator=torch.Generator()
+            batch_sampler=sampler,
+            collate_fn=collate,
+            num_workers=self.hparams.num_workers,
+            generator=torch.Generator(),
         )
         if split == "train":
             loader.position = self._train_position
@@ -334,6 +349,7 @@ class TextDataModule(pl.LightningDataModule):
     def predict_dataloader(self) -> DataLoader:
         if self.hparams.predict:
             corpus = read_corpus(self.hparams.predict, None, self.hparams.label_column)
+            warn_label_column(corpus, self.hparams.label_column, "data.predict")
             data = [torch.tensor(x) for x in self.vocab.encode(corpus.texts)]
         elif self.hparams.test or self.hparams.train:
             data = self.split_ids("test")

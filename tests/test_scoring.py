@@ -16,7 +16,7 @@ import torch
 from test_model import write_corpus
 
 from seqvae.cli import main
-from seqvae.data import TextDataModule, unk_token_hint
+from seqvae.data import TextDataModule, label_column_hint, read_corpus, unk_token_hint
 
 TINY = ["--model.embed_dim=8", "--model.hidden_dim=12", "--model.latent_dim=4", "--trainer.enable_model_summary=false",
         "--model.pooling=max", "--model.val_iw_samples=0", "--trainer.num_sanity_val_steps=0"]  # fmt: skip
@@ -136,6 +136,35 @@ def test_datamodule_warns_once_about_the_unknown_token(tmp_path, capsys):
     assert err.count("seqvae: warning:") == 1 and "'<unk>' occurs 2 times" in err
     assert dm.vocab.tokenizer.token_to_id("<unk>") is not None  # an ordinary word, as the warning says
     TextDataModule(str(tmp_path / "c.txt"), unk_token="<unk>")
+    assert "warning" not in capsys.readouterr().err
+
+
+def test_label_column_hint_on_labelled_and_plain_files(tmp_path):
+    labelled = tmp_path / "yelp.txt"
+    labelled.write_text("5\tgreat food here\n1\tcold soup\nno label on this line\n")
+    hint = label_column_hint(read_corpus(labelled), False)
+    assert "2 of 3 lines" in hint and "'5'<TAB>text" in hint and "--data.label_column true" in hint
+    corpus = read_corpus(labelled, label_column=True)
+    assert label_column_hint(corpus, True) is None
+    assert corpus.labels == ["5", "1", None] and corpus.texts[0] == ["great", "food", "here"]
+    # a tab inside running text (several words before it) is not a label column
+    prose = tmp_path / "prose.txt"
+    prose.write_text("the cat\tsat down\na dog\tran off\n")
+    assert label_column_hint(read_corpus(prose), False) is None
+    plain = tmp_path / "plain.txt"
+    plain.write_text("a b c\nd e\n")
+    assert label_column_hint(read_corpus(plain), False) is None
+    assert "no line holds a tab" in label_column_hint(read_corpus(plain, label_column=True), True)
+
+
+def test_datamodule_warns_once_per_file_about_a_label_column(tmp_path, capsys):
+    path = tmp_path / "yelp.txt"
+    path.write_text("".join(f"{i % 5 + 1}\tword{i % 7} word{i % 3} end\n" for i in range(40)))
+    dm = TextDataModule(str(path), train_lines="1-30", val_lines="31-35", test_lines="36-40")
+    err = capsys.readouterr().err
+    assert err.count("seqvae: warning:") == 1 and "data.train:" in err and "30 of 30 lines" in err, err
+    assert dm.vocab.tokenizer.token_to_id("3") is not None  # the label became a word, as the warning says
+    TextDataModule(str(path), train_lines="1-30", val_lines="31-35", test_lines="36-40", label_column=True)
     assert "warning" not in capsys.readouterr().err
 
 
