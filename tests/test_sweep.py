@@ -71,6 +71,24 @@ def test_shipped_yahoo10k_grid_matches_the_script(in_repo):
         assert fb.needs == [Path(f"runs/yahoo10k/autoencoder/seed{seed}")]
 
 
+@pytest.mark.parametrize("grid_file", sorted(p.name for p in (REPO / "configs/sweeps").glob("*.yaml")))
+def test_every_shipped_grid_loads_and_names_existing_configs(in_repo, grid_file):
+    cells = sweep.load_grid(f"configs/sweeps/{grid_file}")
+    assert cells and len({c.name for c in cells}) == len(cells)
+    for c in cells:
+        configs = [c.args[i + 1] for i, a in enumerate(c.args) if a == "--config"]
+        missing = [f for f in configs if not Path(f).is_file()]
+        assert configs and not missing, f"{c.name}: {missing}"
+
+
+def test_short_grid_rerun_has_the_first_grids_cells_under_its_own_root(in_repo):
+    first = sweep.load_grid("configs/sweeps/yahoo10k_short.yaml")
+    rerun = sweep.load_grid("configs/sweeps/yahoo10k_short_rerun.yaml")
+    strip = lambda c: [a.replace("yahoo10k_short_rerun", "yahoo10k_short") for a in c.args]  # noqa: E731
+    assert [(c.name, strip(c)) for c in rerun] == [(c.name, c.args) for c in first]
+    assert {c.run_dir.parts[:2] for c in rerun} == {("runs", "yahoo10k_short_rerun")}
+
+
 def test_shipped_yahoo_cluster_grid(in_repo):
     cells = sweep.load_grid("configs/sweeps/yahoo.yaml")
     methods = sorted(p.stem for p in Path("configs/yahoo").glob("*.yaml") if p.stem != "base")
