@@ -250,6 +250,31 @@ def test_one_line_per_epoch_without_a_terminal(tmp_path, capsys):
     assert all(" val/loss " in x and " kl_weight " in x and x.endswith(" s") for x in lines)
 
 
+def test_epoch_line_shows_the_epochs_mean_train_loss_not_the_last_batchs(capsys):
+    from types import SimpleNamespace
+
+    import torch
+
+    from seqvae.callbacks import EpochLine
+
+    trainer = SimpleNamespace(sanity_checking=False, state=SimpleNamespace(fn="fit"), is_global_zero=True,
+                              callback_metrics={}, current_epoch=0, max_epochs=2)  # fmt: skip
+    line = EpochLine()
+    line.on_train_epoch_start(trainer, None)
+    for loss, texts in ((10.0, 2), (40.0, 1), (1000.0, 0)):  # an empty batch weighs nothing
+        trainer.callback_metrics["train/loss"] = torch.tensor(loss)
+        line.on_train_batch_end(trainer, None, None, {"tokens": torch.zeros(texts, 5)}, 0)
+    trainer.callback_metrics["val/loss"] = torch.tensor(7.0)
+    line.on_validation_end(trainer, None)
+    out = capsys.readouterr().err
+    assert "seqvae: epoch 1/2  train/loss 20.00  val/loss 7.00  " in out, out  # (2·10 + 1·40) / 3
+    line.on_train_epoch_start(trainer, None)  # a new epoch starts a new mean
+    trainer.callback_metrics["train/loss"] = torch.tensor(5.0)
+    line.on_train_batch_end(trainer, None, None, {"tokens": torch.zeros(4, 5)}, 0)
+    line.on_validation_end(trainer, None)
+    assert "train/loss 5.00" in capsys.readouterr().err
+
+
 def _has(acc, plugin: str) -> bool:
     try:
         return bool(acc.PluginTagToContent(plugin))
