@@ -175,8 +175,9 @@ def _job_env() -> tuple[str | None, int]:
         return None, 0
 
 
-def _ignore_preempt_signal():  # runs in the fit's process before exec: the job handles the signal
+def _fit_signals():  # before exec: the job handles preemption; SIGINT stops the fit even if the sweep ignores it (`… &`)
     signal.signal(submitit.JobEnvironment._usr_sig(), signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_DFL)  # inherited SIG_IGN: no KeyboardInterrupt, killed after STOP_SECONDS
 
 
 class CellJob(Checkpointable):
@@ -205,7 +206,7 @@ class CellJob(Checkpointable):
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 env={**os.environ, **self.env},
-                preexec_fn=_ignore_preempt_signal,
+                preexec_fn=_fit_signals,
             )
             if rank == 0:
                 mark_started(cell.run_dir, job_id or str(self._proc.pid), self._proc.pid)

@@ -156,7 +156,17 @@ def fake(monkeypatch):
     monkeypatch.setattr(sweep, "fit_command", lambda args: [sys.executable, "-c", FAKE_FIT, *args])
 
 
-def test_a_signalled_job_checkpoints_and_is_requeued_resuming_from_last_ckpt(tmp_path, capsys, monkeypatch, in_thread):
+@pytest.fixture(params=["sigint default", "sigint ignored"])
+def sigint(request):
+    """The sweep's SIGINT disposition, which its jobs and fits inherit: ignored when it was started
+    with `&` from a script (a non-interactive shell), as `nohup seqvae sweep … &` is."""
+    disposition = signal.SIG_IGN if request.param == "sigint ignored" else signal.default_int_handler
+    previous = signal.signal(signal.SIGINT, disposition)
+    yield request.param
+    signal.signal(signal.SIGINT, previous)
+
+
+def test_a_signalled_job_checkpoints_and_is_requeued_resuming_from_last_ckpt(tmp_path, capsys, monkeypatch, in_thread, sigint):
     """submitit's preemption signal reaches the job: CellJob.checkpoint() stops the fit, submitit
     requeues the same cell and the new start gets --ckpt_path (LocalExecutor restarts it)."""
     fake(monkeypatch)
