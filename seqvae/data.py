@@ -167,16 +167,6 @@ class _TrainLoader(DataLoader):
 SAMPLERS = {"bucket": BucketBatchSampler, "padded": RandomBatchSampler}
 
 
-_warned: set[str] = set()  # files already warned about in this process (train = val = test file)
-
-
-def warn_label_column(corpus: Corpus, label_column: bool, option: str) -> None:
-    hint = label_column_hint(corpus, label_column)
-    if hint is not None and corpus.path not in _warned:
-        _warned.add(corpus.path)
-        print(f"seqvae: warning: {option}: {hint}", file=sys.stderr)
-
-
 class TextDataModule(pl.LightningDataModule):
     """Train/validation/test splits of a one-text-per-line corpus.
 
@@ -235,6 +225,7 @@ class TextDataModule(pl.LightningDataModule):
         if seed is None:
             self.hparams.seed = run_seed()
         self.corpora: dict[str, Corpus] = {}  # the splits read so far
+        self._label_warned: set[str] = set()  # files warned about (train, val and test may share one)
         self.ids: dict[str, list[torch.Tensor]] = {}
         if vocab is not None:
             # Splits are read when first needed (`split_ids`): scoring a checkpoint needs
@@ -268,7 +259,13 @@ class TextDataModule(pl.LightningDataModule):
                 self.corpora[split] = read_corpus(path, lines, h.label_column, h.max_length)
             except CorpusError as err:  # name the option as well as the file
                 raise CorpusError(f"data.{option}: {err}") from None
-            warn_label_column(self.corpora[split], h.label_column, f"data.{option}")
+            self._warn_label_column(self.corpora[split], f"data.{option}")
+
+    def _warn_label_column(self, corpus: Corpus, option: str) -> None:
+        hint = label_column_hint(corpus, self.hparams.label_column)
+        if hint is not None and corpus.path not in self._label_warned:
+            self._label_warned.add(corpus.path)
+            print(f"seqvae: warning: {option}: {hint}", file=sys.stderr)
 
     def split_ids(self, split: str) -> list[torch.Tensor]:
         """The split's texts as id sequences, reading its file if not done yet."""
@@ -349,7 +346,7 @@ class TextDataModule(pl.LightningDataModule):
     def predict_dataloader(self) -> DataLoader:
         if self.hparams.predict:
             corpus = read_corpus(self.hparams.predict, None, self.hparams.label_column)
-            warn_label_column(corpus, self.hparams.label_column, "data.predict")
+            self._warn_label_column(corpus, "data.predict")
             data = [torch.tensor(x) for x in self.vocab.encode(corpus.texts)]
         elif self.hparams.test or self.hparams.train:
             data = self.split_ids("test")
