@@ -22,7 +22,7 @@ from .allocator import reuse_freed_memory
 from .callbacks import EpochLine, LatentDimensions, PeriodicCheckpoint, PlateauRule, TextSamples
 from .commands import main  # noqa: F401  (the entry point; `seqvae.cli.main` kept for scripts and tests)
 from .data import CorpusError, TextDataModule, load_checkpoint
-from .model import AGGRESSIVE_DDP, ConfigError, NonFiniteError, SeqVAE
+from .model import AGGRESSIVE_DDP, ConfigError, NonFiniteError, SeqVAE, pretrained_encoder
 from .provenance import provenance
 from .run_files import (
     drop_empty_event_files,
@@ -187,8 +187,8 @@ class SeqVAECLI(LightningCLI):
 
     def before_fit(self):
         self._check_ckpt_path()
-        if self.model.hparams.init_encoder_from:  # refused now, not after the run directory exists
-            load_checkpoint(self.model.hparams.init_encoder_from, "model.init_encoder_from", mmap=True)
+        if self.model.hparams.init_encoder_from and self.model.encoder is not None:  # refused before the run directory exists
+            pretrained_encoder(self.model.hparams.init_encoder_from, self.model.encoder, mmap=True)
         if self.trainer.world_size > 1 and self.model.aggressive is not None:
             raise ConfigError(AGGRESSIVE_DDP)
         if self.trainer.fast_dev_run and self.trainer.checkpoint_callback is not None:

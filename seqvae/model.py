@@ -63,6 +63,26 @@ def check_finite(module, terms: dict, grad_norm: torch.Tensor) -> None:
     )
 
 
+def pretrained_encoder(path: str, encoder: torch.nn.Module, vocab: Vocabulary | None = None, mmap: bool = False) -> dict:
+    """The encoder weights of checkpoint `path` (`model.init_encoder_from`), refused in one line
+    unless every tensor has the shape `encoder`'s has and (given `vocab`) the vocabularies agree:
+    embeddings read through another vocabulary would be other words' vectors, silently."""
+    ckpt = load_checkpoint(path, "model.init_encoder_from", mmap=mmap)
+    if vocab is not None and "vocab" in ckpt:
+        if Vocabulary.from_str(ckpt["vocab"]).tokenizer.get_vocab() != vocab.tokenizer.get_vocab():
+            raise ConfigError(f"model.init_encoder_from: {path} was trained with another vocabulary than this run's data")
+    state = ckpt["state_dict"]
+    theirs = {k[len("encoder.") :]: v for k, v in state.items() if k.startswith("encoder.")}
+    for name, own in encoder.state_dict().items():
+        if name not in theirs or theirs[name].shape != own.shape:
+            found = tuple(theirs[name].shape) if name in theirs else "missing"
+            raise ConfigError(
+                f"model.init_encoder_from: {path}: encoder.{name} is {found} there, {tuple(own.shape)} here "
+                "(embed_dim, encoder_hidden_dim/hidden_dim, latent_dim, bn_gamma and the vocabulary must match)"
+            )
+    return theirs
+
+
 class SeqVAE(pl.LightningModule):
     """LSTM encoder → Gaussian q(z|x) → LSTM decoder p(x|z), trained on rec + w·KL.
 
@@ -70,6 +90,7 @@ class SeqVAE(pl.LightningModule):
         vocab_size: Vocabulary size (linked from `data.vocab_size` by the CLI).
         embed_dim: Word embedding size of encoder and decoder (512 in the paper).
         hidden_dim: LSTM size of encoder and decoder (1024 in the paper).
+        encoder_hidden_dim: The encoder's LSTM size if not `hidden_dim` (He et al.: enc_nh, dec_nh).
         latent_dim: Size of z (32 in the paper). 0 gives the LSTM language model baseline.
         pooling: Encoder feature: "last" hidden state (reference), or "avg"/"max"/"abs" over time.
         dropout_in: Dropout on decoder input embeddings.
@@ -111,7 +132,7 @@ class SeqVAE(pl.LightningModule):
         val_iw_samples: int = 0, test_iw_samples: int = 500, iw_max_elements: int | None = None,
         mi_dataset: bool = True, eval_seed: int = 0, init_encoder_from: str | None = None,
         aggressive: AggressiveTraining | None = None, bn_gamma: float | None = None, bn_eps: float = 1e-5,
-        init: Init = "reference", fused_output: bool = True,
+        init: Init = "reference", fused_output: bool = True, encoder_hidden_dim: int | None = None,
         generation: Generation = Generation(),  # noqa: B008 (frozen: immutable default)
     ):
         super().__init__()
@@ -123,13 +144,14 @@ class SeqVAE(pl.LightningModule):
         self.regularizers = list(regularizers or [])
         self.aggressive = aggressive
         self.encoder = None
+        feature_dim = encoder_hidden_dim or hidden_dim
         if latent_dim:
-            self.encoder = LSTMEncoder(vocab_size, embed_dim, hidden_dim, latent_dim, pooling, bn_gamma, bn_eps, init)
+            self.encoder = LSTMEncoder(vocab_size, embed_dim, feature_dim, latent_dim, pooling, bn_gamma, bn_eps, init)
         self.decoder = LSTMDecoder(
             vocab_size, embed_dim, hidden_dim, latent_dim, dropout_in, dropout_out, skip, init, fused_output
         )
-        self.val_metrics = EvalMetrics(latent_dim, hidden_dim, mi_dataset, seed=eval_seed)
-        self.test_metrics = EvalMetrics(latent_dim, hidden_dim, mi_dataset, eval_seed, per_text=True)  # per_text.csv
+        self.val_metrics = EvalMetrics(latent_dim, feature_dim, mi_dataset, seed=eval_seed)
+        self.test_metrics = EvalMetrics(latent_dim, feature_dim, mi_dataset, eval_seed, per_text=True)  # per_text.csv
         self.num_updates = 0  # training batches consumed (outer iterations); drives the KL schedule
         self.encoder_updates = self.decoder_updates = 0  # optimiser steps (encoder > num_updates when aggressive)
         self.fit_seconds = 0.0  # training wall time, accumulated across resumes (FitClock)
@@ -245,8 +267,7 @@ class SeqVAE(pl.LightningModule):
         if stage == "fit" and self.hparams.init_encoder_from and self.encoder is not None:
             # Runs before Lightning restores a resumed run's own checkpoint, which then
             # overwrites these weights: resuming never re-initialises anything.
-            state = load_checkpoint(self.hparams.init_encoder_from, "model.init_encoder_from")["state_dict"]
-            self.encoder.load_state_dict({k[len("encoder.") :]: v for k, v in state.items() if k.startswith("encoder.")})
+            self.encoder.load_state_dict(pretrained_encoder(self.hparams.init_encoder_from, self.encoder, self.vocab))
 
     # ---------------------------------------------------------------- evaluation
     def iw_chunk(self, tokens: torch.Tensor) -> int:

@@ -74,6 +74,7 @@ def run_hparams(model, seed) -> dict:
         "init": h.init,
         "embed_dim": int(h.embed_dim),
         "hidden_dim": int(h.hidden_dim),
+        "encoder_hidden_dim": int(h.get("encoder_hidden_dim") or h.hidden_dim),
         "latent_dim": int(h.latent_dim),
         "lr": float(h.lr),
         "seed": int(seed) if isinstance(seed, int) else -1,

@@ -47,7 +47,7 @@ def features(model, texts: list[str], batch_size: int = 64) -> torch.Tensor:
     if model.encoder is None:
         raise RuntimeError("the language model has no encoder")
     outs = per_batch(model, texts, batch_size, lambda b: model.encoder.features(b["tokens"], b["lengths"]))
-    return torch.cat(outs) if outs else torch.empty(0, model.hparams.hidden_dim)
+    return torch.cat(outs) if outs else torch.empty(0, model.encoder.lstm.hidden_size)
 
 
 def encode(model, texts: list[str], batch_size: int = 64) -> tuple[torch.Tensor, torch.Tensor]:

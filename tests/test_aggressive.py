@@ -235,6 +235,38 @@ def test_encoder_pretraining_keeps_encoder_and_fresh_decoder(corpus, tmp_path): 
     assert [n for n, p in vae.named_parameters() if torch.equal(p, start[n])] == []
 
 
+def test_encoder_pretraining_refuses_another_width_or_vocabulary_in_one_line(corpus, tmp_path):  # noqa: F811
+    from test_model import write_corpus
+
+    from seqvae.data import ConfigError
+    from seqvae.model import pretrained_encoder
+
+    root, _ = corpus
+    dm = datamodule(root)
+    ae = tiny_model(dm.vocab_size, kl_schedule=ConstantKL(0.0))
+    t = trainer(tmp_path, limit_train_batches=1, limit_val_batches=0)
+    t.fit(ae, dm)
+    t.save_checkpoint(tmp_path / "ae.ckpt")
+    path = str(tmp_path / "ae.ckpt")
+    state = pretrained_encoder(path, tiny_model(dm.vocab_size).encoder, dm.vocab)
+    assert all(torch.equal(state[k], v) for k, v in ae.encoder.state_dict().items())
+    wider = tiny_model(dm.vocab_size, encoder_hidden_dim=16, init_encoder_from=path)
+    shapes = r"encoder.lstm.weight_ih_l0 is \(48, 8\) there, \(64, 8\) here"
+    with pytest.raises(ConfigError, match=r"^model.init_encoder_from: .*ae.ckpt: " + shapes):
+        trainer(tmp_path, limit_train_batches=1, limit_val_batches=0).fit(wider, dm)
+    # the same sizes, other words: the embeddings would be read as other words' vectors
+    other = tmp_path / "other"
+    other.mkdir()
+    for name, seed in (("train.txt", 7), ("valid.txt", 8), ("test.txt", 9)):
+        write_corpus(other / name, 60, seed)
+    (other / "train.txt").write_text((other / "train.txt").read_text().replace("cat", "kitten"))
+    dm2 = datamodule(other)
+    dm2.setup("fit")
+    assert len(dm2.vocab) == len(dm.vocab) and dm2.vocab.tokenizer.get_vocab() != dm.vocab.tokenizer.get_vocab()
+    with pytest.raises(ConfigError, match=r"^model.init_encoder_from: .*ae.ckpt was trained with another vocabulary"):
+        pretrained_encoder(path, tiny_model(dm2.vocab_size).encoder, dm2.vocab)
+
+
 def test_bn_vae_single_sentence_batch_uses_running_statistics(corpus):  # noqa: F811
     # Equal-length buckets can hold one sentence; BatchNorm has no batch variance for it.
     root, _ = corpus

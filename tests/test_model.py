@@ -183,6 +183,25 @@ def test_python_api_after_checkpoint_round_trip(corpus, tmp_path):
     assert loaded.encode([])[0].shape == (0, 4) and loaded.elbo([]).shape == (0,)
 
 
+def test_encoder_hidden_dim_widens_the_encoder_alone(corpus, tmp_path):
+    from seqvae.run_files import run_hparams
+
+    root, val = corpus
+    dm = datamodule(root)
+    model = tiny_model(dm.vocab_size, encoder_hidden_dim=20, val_iw_samples=3)
+    assert model.encoder.lstm.hidden_size == 20 and model.encoder.to_posterior.in_features == 20
+    assert model.decoder.lstm.hidden_size == 12 and tiny_model(dm.vocab_size).encoder.lstm.hidden_size == 12
+    t = trainer(tmp_path, limit_train_batches=2, limit_val_batches=2, enable_checkpointing=True)
+    t.fit(model, dm)
+    assert math.isfinite(float(t.callback_metrics["val/feature_cos"]))
+    path = tmp_path / "wide.ckpt"
+    t.save_checkpoint(path)
+    loaded = SeqVAE.load_from_checkpoint(path)
+    assert loaded.encoder.lstm.hidden_size == 20 and loaded.decoder.lstm.hidden_size == 12
+    assert loaded.features(val).shape == (len(val), 20) and loaded.features([]).shape == (0, 20)
+    assert run_hparams(loaded, 1)["encoder_hidden_dim"] == 20 and run_hparams(loaded, 1)["hidden_dim"] == 12
+
+
 def fake_trainer(model, best_path, epoch, value):
     opts = model.configure_optimizers()
     return SimpleNamespace(
