@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import os
 import random
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -268,49 +267,6 @@ class FitClock(Callback):
     def on_train_end(self, trainer, pl_module):
         self._tick(pl_module)
         self._since = None
-
-
-class EpochLine(Callback):
-    """One line per training epoch on stderr, for logs, CI and sweeps' cell logs, where a progress
-    bar would be noise (the CLI adds it when stderr is not a terminal; in a terminal Lightning's
-    progress bar shows the same values):
-
-        seqvae: epoch 3/20  train/loss 201.30  val/loss 199.84  val/kl 0.01  val/mi 0.03  val/au 0  kl_weight 0.46  42 s
-
-    `train/loss` is the epoch's mean per text (each batch's logged loss weighted by its number of
-    texts; rank 0's batches under DDP), not the last batch's value that Lightning keeps: with
-    length buckets one batch's loss swings by hundreds of nats, and it read as the epoch's.
-    """
-
-    KEYS = ("train/loss", "val/loss", "val/rec", "val/kl", "val/mi", "val/au", "val/iw_nll", "train/kl_weight")
-
-    def __init__(self):
-        self._start = time.monotonic()
-        self._loss_sum, self._texts = 0.0, 0
-
-    def on_train_epoch_start(self, trainer, pl_module):
-        self._start = time.monotonic()
-        self._loss_sum, self._texts = 0.0, 0
-
-    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
-        loss = trainer.callback_metrics.get("train/loss")
-        if loss is not None:
-            n = int(batch["tokens"].size(0))
-            self._loss_sum += float(loss) * n
-            self._texts += n
-
-    def on_validation_end(self, trainer, pl_module):
-        if trainer.sanity_checking or trainer.state.fn != "fit" or not trainer.is_global_zero:
-            return
-        values = dict(trainer.callback_metrics)
-        if self._texts:
-            values["train/loss"] = self._loss_sum / self._texts
-        shown = [(k, float(values[k]), 0 if k == "val/au" else 2) for k in self.KEYS if k in values]
-        shown = [(k if k == "train/loss" else k.removeprefix("train/"), v, d) for k, v, d in shown]
-        parts = [f"{name} {v:.{digits}f}" for name, v, digits in shown]
-        of = f"/{trainer.max_epochs}" if trainer.max_epochs and trainer.max_epochs > 0 else ""
-        seconds = time.monotonic() - self._start
-        print(f"seqvae: epoch {trainer.current_epoch + 1}{of}  {'  '.join(parts)}  {seconds:.0f} s", file=sys.stderr)
 
 
 class TextSamples(Callback):

@@ -19,9 +19,10 @@ from pytorch_lightning.cli import LightningCLI, SaveConfigCallback
 from pytorch_lightning.loggers import TensorBoardLogger
 
 from .allocator import reuse_freed_memory
-from .callbacks import EpochLine, LatentDimensions, PeriodicCheckpoint, PlateauRule, TextSamples
+from .callbacks import LatentDimensions, PeriodicCheckpoint, PlateauRule, TextSamples
 from .commands import main  # noqa: F401  (the entry point; `seqvae.cli.main` kept for scripts and tests)
 from .data import CorpusError, TextDataModule, load_checkpoint
+from .log_lines import EpochLine, TestProgress
 from .model import AGGRESSIVE_DDP, ConfigError, NonFiniteError, SeqVAE, pretrained_encoder
 from .provenance import provenance
 from .run_files import (
@@ -178,6 +179,8 @@ class SeqVAECLI(LightningCLI):
     def before_test(self):
         self._check_ckpt_path()
         self.datamodule.read_splits(["test"])
+        if not self.trainer.progress_bar_callback:
+            self.trainer.callbacks.append(TestProgress())
 
     def before_predict(self):
         self._check_ckpt_path()
@@ -196,7 +199,7 @@ class SeqVAECLI(LightningCLI):
             # last.ckpt in on_train_end, into ./checkpoints (a smoke test must leave nothing behind).
             self.trainer.checkpoint_callback.save_last = False
         if not self.trainer.progress_bar_callback:
-            self.trainer.callbacks.append(EpochLine())
+            self.trainer.callbacks += [EpochLine(), TestProgress()]
         if self.config_init["fit"].get("ckpt_path"):
             for cb in self.trainer.callbacks:
                 if isinstance(cb, RunDirConfig):

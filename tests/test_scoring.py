@@ -255,7 +255,7 @@ def test_epoch_line_shows_the_epochs_mean_train_loss_not_the_last_batchs(capsys)
 
     import torch
 
-    from seqvae.callbacks import EpochLine
+    from seqvae.log_lines import EpochLine
 
     trainer = SimpleNamespace(sanity_checking=False, state=SimpleNamespace(fn="fit"), is_global_zero=True,
                               callback_metrics={}, current_epoch=0, max_epochs=2)  # fmt: skip
@@ -273,6 +273,55 @@ def test_epoch_line_shows_the_epochs_mean_train_loss_not_the_last_batchs(capsys)
     line.on_train_batch_end(trainer, None, None, {"tokens": torch.zeros(4, 5)}, 0)
     line.on_validation_end(trainer, None)
     assert "train/loss 5.00" in capsys.readouterr().err
+
+
+EXPECTED_PROGRESS = {
+    # by length: (3, 3) 6 tokens, (5, 5) 10, (10, 10) 20 of 36; 100 s per batch
+    "bucket": ["seqvae: test 16% (2/6 texts)  1:40 elapsed  ~8:20 left",  # 100 s · (30/36) / (6/36)
+               "seqvae: test 44% (4/6 texts)  3:20 elapsed  ~4:10 left"],  # 200 s · (20/36) / (16/36)
+    # file order, padded to the longest: (10, 3) 20 tokens, (5, 3) 10, (10, 5) 20 of 50
+    "padded": ["seqvae: test 40% (2/6 texts)  1:40 elapsed  ~2:30 left",
+               "seqvae: test 60% (4/6 texts)  3:20 elapsed  ~2:13 left"],
+}  # fmt: skip
+
+
+def progress_lines(monkeypatch, capsys, lengths, batching, batch_size, quiet_seconds):
+    """TestProgress's lines over a test of texts of these lengths, 100 s per batch."""
+    from types import SimpleNamespace
+
+    import torch
+    from torch.utils.data import DataLoader
+
+    from seqvae import log_lines
+    from seqvae.corpus import IndexedTexts, collate
+    from seqvae.data import SAMPLERS
+
+    data = IndexedTexts([torch.full((n,), 7) for n in lengths])
+    loader = DataLoader(data, batch_sampler=SAMPLERS[batching](lengths, batch_size, False), collate_fn=collate)
+    trainer = SimpleNamespace(test_dataloaders=loader, is_global_zero=True)
+    now = [0.0]
+    monkeypatch.setattr(log_lines.time, "monotonic", lambda: now[0])
+    progress = log_lines.TestProgress(quiet_seconds)
+    progress.on_test_epoch_start(trainer, None)
+    for i, batch in enumerate(loader):
+        now[0] += 100.0
+        progress.on_test_batch_end(trainer, None, None, batch, i)
+    return capsys.readouterr().err.splitlines()
+
+
+@pytest.mark.parametrize("batching", ["bucket", "padded"])
+def test_test_progress_counts_padded_tokens_not_texts(capsys, monkeypatch, batching):
+    from seqvae.log_lines import clock
+
+    lengths = [10, 3, 5, 3, 10, 5]
+    lines = progress_lines(monkeypatch, capsys, lengths, batching, 2, 30.0)
+    assert lines == EXPECTED_PROGRESS[batching]  # the last batch (100%) prints nothing: the metrics follow
+    assert progress_lines(monkeypatch, capsys, lengths, batching, 2, 150.0) == lines[1:]  # quiet for 150 s
+    # one line per tenth crossed: 44% and then 46% is one line, not two
+    assert progress_lines(monkeypatch, capsys, [44, 2, 54], "padded", 1, 0.0) == [
+        "seqvae: test 44% (1/3 texts)  1:40 elapsed  ~2:07 left"
+    ]
+    assert clock(3725) == "1:02:05"
 
 
 def _has(acc, plugin: str) -> bool:

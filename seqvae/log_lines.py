@@ -1,0 +1,103 @@
+"""What a run prints in a log, where a progress bar would be noise (the CLI adds these when
+stderr is not a terminal: logs, CI, sweep cells): one line per training epoch, and a line at
+every tenth of a long test."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+from pytorch_lightning import Callback
+
+from .corpus import IndexedTexts
+
+
+class EpochLine(Callback):
+    """One line per training epoch on stderr, for logs, CI and sweeps' cell logs, where a progress
+    bar would be noise (the CLI adds it when stderr is not a terminal; in a terminal Lightning's
+    progress bar shows the same values):
+
+        seqvae: epoch 3/20  train/loss 201.30  val/loss 199.84  val/kl 0.01  val/mi 0.03  val/au 0  kl_weight 0.46  42 s
+
+    `train/loss` is the epoch's mean per text (each batch's logged loss weighted by its number of
+    texts; rank 0's batches under DDP), not the last batch's value that Lightning keeps: with
+    length buckets one batch's loss swings by hundreds of nats, and it read as the epoch's.
+    """
+
+    KEYS = ("train/loss", "val/loss", "val/rec", "val/kl", "val/mi", "val/au", "val/iw_nll", "train/kl_weight")
+
+    def __init__(self):
+        self._start = time.monotonic()
+        self._loss_sum, self._texts = 0.0, 0
+
+    def on_train_epoch_start(self, trainer, pl_module):
+        self._start = time.monotonic()
+        self._loss_sum, self._texts = 0.0, 0
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        loss = trainer.callback_metrics.get("train/loss")
+        if loss is not None:
+            n = int(batch["tokens"].size(0))
+            self._loss_sum += float(loss) * n
+            self._texts += n
+
+    def on_validation_end(self, trainer, pl_module):
+        if trainer.sanity_checking or trainer.state.fn != "fit" or not trainer.is_global_zero:
+            return
+        values = dict(trainer.callback_metrics)
+        if self._texts:
+            values["train/loss"] = self._loss_sum / self._texts
+        shown = [(k, float(values[k]), 0 if k == "val/au" else 2) for k in self.KEYS if k in values]
+        shown = [(k if k == "train/loss" else k.removeprefix("train/"), v, d) for k, v, d in shown]
+        parts = [f"{name} {v:.{digits}f}" for name, v, digits in shown]
+        of = f"/{trainer.max_epochs}" if trainer.max_epochs and trainer.max_epochs > 0 else ""
+        seconds = time.monotonic() - self._start
+        print(f"seqvae: epoch {trainer.current_epoch + 1}{of}  {'  '.join(parts)}  {seconds:.0f} s", file=sys.stderr)
+
+
+def clock(seconds: float) -> str:
+    m, s = divmod(int(round(seconds)), 60)
+    return f"{m // 60}:{m % 60:02d}:{s:02d}" if m >= 60 else f"{m}:{s:02d}"
+
+
+class TestProgress(Callback):
+    """A line on stderr at every tenth of a test's work, once it has run `quiet_seconds` (a short
+    test prints nothing): a 10,000-text test with K = 500 runs for hours on a CPU.
+
+        seqvae: test 40% (612/1000 texts)  20:05 elapsed  ~30:07 left
+
+    Work is counted as the padded tokens of each batch (texts × longest text), not texts or
+    batches: evaluation batches come in length order, so the last tenth of the texts is far
+    more than a tenth of the time, and "left" extrapolates the work done so far.
+    """
+
+    def __init__(self, quiet_seconds: float = 30.0):
+        self.quiet_seconds = quiet_seconds
+        self._total = self._done = self._texts = self._total_texts = 0
+        self._start, self._next = time.monotonic(), 0.1
+
+    def on_test_epoch_start(self, trainer, pl_module):
+        loaders = trainer.test_dataloaders
+        loader = loaders[0] if isinstance(loaders, (list, tuple)) else loaders
+        sampler, data = getattr(loader, "batch_sampler", None), getattr(loader, "dataset", None)
+        batches = list(sampler) if sampler is not None and isinstance(data, IndexedTexts) else []
+        self._total = sum(len(b) * max(len(data.ids[i]) for i in b) for b in batches if b)
+        self._total_texts = sum(len(b) for b in batches)
+        self._done = self._texts = 0
+        self._start, self._next = time.monotonic(), 0.1
+
+    def on_test_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0):
+        if not self._total or not trainer.is_global_zero:
+            return
+        self._done += batch["tokens"].numel()
+        self._texts += int(batch["tokens"].size(0))
+        share, seconds = self._done / self._total, time.monotonic() - self._start
+        if share < self._next or share >= 1 or seconds < self.quiet_seconds:
+            return
+        self._next = int(share * 10 + 1) / 10
+        left = seconds * (1 - share) / share
+        print(
+            f"seqvae: test {int(share * 100)}% ({self._texts}/{self._total_texts} texts)  "
+            f"{clock(seconds)} elapsed  ~{clock(left)} left",
+            file=sys.stderr,
+        )
