@@ -54,17 +54,13 @@ import yaml
 from . import compare, executors
 from .export import result_files
 from .grid import Cell, GridError, load_grid, select  # noqa: F401  (load_grid: part of this module's API)
+from .log_lines import clock
 
 POLL_SECONDS = 2.0
 TAIL_LINES = 20
 
 
 # ------------------------------------------------------------------------------------- running
-def clock(seconds: float) -> str:
-    s = int(round(seconds))
-    return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}" if s >= 3600 else f"{s // 60}:{s % 60:02d}"
-
-
 def say(text: str) -> None:
     print(f"seqvae sweep: {text}", file=sys.stderr, flush=True)
 
