@@ -54,24 +54,27 @@ def test_every_variant_has_all_three_datasets():
 @pytest.mark.parametrize("dataset", ["yahoo", "yelp", "yahoo10k"])
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_config_instantiates(dataset, variant, tiny, tmp_path):
-    extra = ["--model.init_encoder_from=null"] if variant == "freebits" else []
+    extra = ["--model.init_encoder_from=null"] if variant in ("freebits", "recommended") else []
     cli = build([CONFIGS / dataset / "base.yaml", CONFIGS / dataset / f"{variant}.yaml"], tiny, tmp_path, extra)
     model = cli.model
     assert model.hparams.vocab_size == cli.datamodule.vocab_size  # linked
-    assert cli.trainer.max_epochs == 100
+    # yahoo10k's recipe: the lengths of the grids it was measured in
+    assert cli.trainer.max_epochs == {("yahoo10k", "recommended"): 20, ("yahoo10k", "recommended_autoencoder"): 6}.get(
+        (dataset, variant), 100
+    )
     if variant == "lm":
         assert model.encoder is None
     if variant in ("last", "avg", "max", "abs"):
         assert model.hparams.pooling == variant
     if variant == "aggressive":
         assert model.aggressive is not None and model.aggressive.active
-    if variant == "autoencoder":
+    if variant in ("autoencoder", "recommended_autoencoder"):
         assert model.kl_schedule.weight(0, 10, 100) == 0.0 and cli.trainer.checkpoint_callback.monitor == "val/rec"
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_yahoo10k_variant_trains(variant, tiny, tmp_path):
-    extra = ["--model.init_encoder_from=null"] if variant == "freebits" else []
+    extra = ["--model.init_encoder_from=null"] if variant in ("freebits", "recommended") else []
     extra += ["--trainer.max_epochs=1", "--trainer.limit_train_batches=2", "--trainer.limit_val_batches=2",
               "--trainer.enable_model_summary=false", "--trainer.num_sanity_val_steps=0"]  # fmt: skip
     if variant == "aggressive":
@@ -82,6 +85,36 @@ def test_yahoo10k_variant_trains(variant, tiny, tmp_path):
     after = [p for p in cli.model.parameters() if p.requires_grad]
     assert all(not torch.equal(a, b) for a, b in zip(before, after))
     assert torch.isfinite(cli.trainer.callback_metrics["val/loss"])
+
+
+@pytest.mark.parametrize("dataset", ["yahoo10k", "yahoo", "yelp"])
+def test_recommended_stage_two_starts_from_stage_ones_encoder_at_the_path_it_names(dataset, tiny, tmp_path, monkeypatch):
+    """The recipe's two files chain as their comments say: stage 1 saves where stage 2 reads
+    (relative to where both run), and stage 2 starts from that encoder with free bits."""
+    import pytorch_lightning as pl
+
+    from seqvae import FreeBits
+
+    monkeypatch.chdir(tmp_path)
+    short = ["--trainer.max_epochs=1", "--trainer.limit_train_batches=2", "--trainer.limit_val_batches=2",
+             "--trainer.enable_model_summary=false", "--trainer.num_sanity_val_steps=0",
+             f"--trainer.logger.init_args.save_dir=runs/{dataset}"]  # fmt: skip
+    stage1 = build([CONFIGS / dataset / "base.yaml", CONFIGS / dataset / "recommended_autoencoder.yaml"], tiny, tmp_path, short)
+    stage1.trainer.fit(stage1.model, stage1.datamodule)
+    stage2 = build([CONFIGS / dataset / "base.yaml", CONFIGS / dataset / "recommended.yaml"], tiny, tmp_path, short)
+    best = Path(stage1.trainer.checkpoint_callback.best_model_path).resolve()
+    assert Path(stage2.model.hparams.init_encoder_from).resolve() == best
+    assert isinstance(stage2.model.kl_penalty, FreeBits) and stage2.model.hparams.pooling == "max"
+    seen = {}
+
+    class Capture(pl.Callback):  # the encoder after setup, before the first update
+        def on_train_start(self, trainer, module):
+            seen.update({k: v.clone() for k, v in module.encoder.state_dict().items()})
+
+    stage2.trainer.callbacks.append(Capture())
+    stage2.trainer.fit(stage2.model, stage2.datamodule)
+    saved = torch.load(best, weights_only=True)["state_dict"]
+    assert seen and all(torch.equal(v, saved[f"encoder.{k}"]) for k, v in seen.items())
 
 
 def test_predict_writes_one_reconstruction_per_input_line_in_order(tiny, tmp_path):
@@ -202,7 +235,8 @@ def test_short_grid_cells_build_at_the_short_scale(tiny, tmp_path, monkeypatch):
     monkeypatch.chdir(CONFIGS.parent)
     cells = sweep.load_grid("configs/sweeps/yahoo10k_short.yaml")
     aggressive = {"aggressive", "aggressive_joint"}  # their own grid file: one cell costs more than the grid
-    assert sorted({c.variant for c in cells}) == sorted(set(VARIANTS) - aggressive)
+    recipe = {"recommended_autoencoder", "recommended"}  # not methods: settings of autoencoder + freebits
+    assert sorted({c.variant for c in cells}) == sorted(set(VARIANTS) - aggressive - recipe)
     assert {c.variant for c in sweep.load_grid("configs/sweeps/yahoo10k_short_aggressive.yaml")} == aggressive
     assert all(c.export_dir == Path("docs/results/yahoo10k_short") / c.variant / f"seed{c.seed}" for c in cells)
     for cell in (c for c in cells if c.seed == 1):

@@ -55,7 +55,8 @@ def test_shipped_demo_grid(in_repo):
 
 def test_shipped_yahoo10k_grid_matches_the_script(in_repo):
     cells = sweep.load_grid("configs/sweeps/yahoo10k.yaml")
-    methods = sorted(p.stem for p in Path("configs/yahoo10k").glob("*.yaml") if not p.stem.startswith("base"))
+    # the methods: every config but the bases and the recommended recipe (settings of two methods)
+    methods = sorted(p.stem for p in Path("configs/yahoo10k").glob("*.yaml") if not p.stem.startswith(("base", "recommended")))
     assert sorted({c.variant for c in cells}) == methods
     assert len(cells) == 3 * len(methods) and {c.seed for c in cells} == {1, 2, 3}
     for c in cells:
@@ -91,7 +92,7 @@ def test_short_grid_rerun_has_the_first_grids_cells_under_its_own_root(in_repo):
 
 def test_shipped_yahoo_cluster_grid(in_repo):
     cells = sweep.load_grid("configs/sweeps/yahoo.yaml")
-    methods = sorted(p.stem for p in Path("configs/yahoo").glob("*.yaml") if p.stem != "base")
+    methods = sorted(p.stem for p in Path("configs/yahoo").glob("*.yaml") if not p.stem.startswith(("base", "recommended")))
     assert sorted({c.variant for c in cells}) == methods and len(cells) == 3 * len(methods)
     assert all(c.slurm == {"gpus_per_node": 1, "cpus_per_task": 4, "mem_gb": 32, "timeout_min": 240} for c in cells)
     fb = next(c for c in cells if c.name == "freebits/seed2")
