@@ -136,16 +136,21 @@ class SeqVAECLI(LightningCLI):
         """Whether the command line itself (not a --config file) sets this option."""
         return any(a == option or a.startswith(option + "=") for a in self._command_line)
 
+    def _line_ranges_follow_files(self, cfg) -> None:
+        """A split file given on the command line drops the config's line range for that split
+        (a range belongs to its file: yahoo10k's `train_lines: 1-8000` is no range of yours)
+        unless the range is given too."""
+        data = cfg.get("data")
+        for split in ("train", "val", "test") if data is not None else ():
+            if self._given(f"--data.{split}") and not self._given(f"--data.{split}_lines"):
+                data[f"{split}_lines"] = None
+
     def _scoring_data(self, cfg) -> None:
         """validate/test/predict of a checkpoint: the vocabulary comes from the checkpoint (the
-        training text is not needed), and a split file given on the command line drops the
-        config's line range for that split (a range belongs to its file) unless given too."""
+        training text is not needed)."""
         data = cfg.get("data")
         if data is None:
             return
-        for split in ("val", "test"):
-            if self._given(f"--data.{split}") and not self._given(f"--data.{split}_lines"):
-                data[f"{split}_lines"] = None
         ckpt = cfg.get("ckpt_path")
         if data.get("vocab") is None and ckpt and Path(ckpt).is_file():
             if "vocab" in load_checkpoint(ckpt, "ckpt_path", mmap=True):
@@ -153,6 +158,7 @@ class SeqVAECLI(LightningCLI):
 
     def before_instantiate_classes(self):
         cfg = self.config[self.subcommand] if self.subcommand else self.config
+        self._line_ranges_follow_files(cfg)
         if self.subcommand in ("validate", "test", "predict"):
             self._scoring_data(cfg)
         # Seeds left unset take the run's seed (`seed_everything`), written into the config here

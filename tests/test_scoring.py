@@ -85,6 +85,21 @@ def test_the_configs_line_range_does_not_carry_over_to_a_new_file(trained, tmp_p
     assert metrics(tmp_path / "default" / "version_2")["data"]["test"]["texts"] == 20
 
 
+def test_fit_on_new_files_drops_the_configs_line_ranges_unless_given(trained, tmp_path, capsys):
+    """yahoo10k's configs carry line ranges of their file; training them on your own files must
+    not apply those ranges to yours (a range given on the command line is kept)."""
+    _, run_dir = trained
+    new = tmp_path / "new.txt"
+    write_corpus(new, 30, 7)
+    args = ["fit", f"--config={run_dir / 'config.yaml'}", f"--data.train={new}", f"--data.val={new}", "--data.val_lines=1-5",
+            f"--data.test={new}", f"--trainer.logger.init_args.save_dir={tmp_path}",
+            "--trainer.logger.init_args.version=x"]  # fmt: skip
+    status, err = run(args, capsys)
+    assert status == 0, err
+    data = metrics(tmp_path / "default" / "x")["data"]
+    assert (data["train"]["texts"], data["val"]["texts"], data["test"]["texts"]) == (30, 5, 30)
+
+
 class RunsCode:
     """Unpickling this runs a command: what a checkpoint from an untrusted source can carry."""
 
