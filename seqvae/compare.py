@@ -103,14 +103,41 @@ def group_runs(
     names = short_names(varying)
     common = common_values(out, varying)
     for g in out:
-        shown = [k for k in varying if k in g["config"] and (k not in common or g["config"][k] != common[k])]
-        label = ", ".join(f"{names[k]}={show(k, g['config'][k])}" for k in shown)
-        parents = dict.fromkeys(r["path"].resolve().parent.name for r in g["runs"])
+        # A key the row lacks is named too (`key=–`) when most rows set it: otherwise the row would
+        # read as "common settings" while differing from them.
+        shown = [
+            k for k in varying
+            if (k in common and g["config"].get(k, MISSING) != common[k]) or (k not in common and k in g["config"])
+        ]  # fmt: skip
+        # ...except the arguments another class would take, once the row's own class is named
+        classes = [k[: -len("class_path")] for k in shown if k.endswith("class_path")]
+        shown = [k for k in shown if k in g["config"] or not any(k.startswith(c) for c in classes)]
+        label = ", ".join(f"{names[k]}={show(k, g['config'].get(k, MISSING))}" for k in shown)
         if label_by == "dir" or not varying:
-            label = ",".join(parents)
+            label = dir_label(g, 1)
         g["label"] = label or COMMON_LABEL
         g["stats"] = {mid: summarize(g["runs"], key) for mid, _, key, _ in METRICS}
+    if label_by == "dir":
+        unique_dir_labels(out)
     return out
+
+
+def dir_label(group: dict, depth: int) -> str:
+    """The variant directories of a group's runs (`last`), with `depth` - 1 directories above them."""
+    names = ("/".join(r["path"].resolve().parent.parts[-depth:]) for r in group["runs"])
+    return ",".join(dict.fromkeys(names))
+
+
+def unique_dir_labels(groups: list[dict]) -> None:
+    """Two configs in directories of one name (`recipe20/last`, `encoder_width/last`) would share a
+    row label: such rows take the directories above theirs until the labels differ."""
+    for depth in range(2, 6):
+        seen = [g["label"] for g in groups]
+        clash = [g for g in groups if seen.count(g["label"]) > 1]
+        if not clash:
+            return
+        for g in clash:
+            g["label"] = dir_label(g, depth)
 
 
 COMMON_LABEL = "common settings"

@@ -57,9 +57,11 @@ KEPT = ("checkpoint.monitor",)
 # written without the key groups with runs that set it to that value, and with no others. Which
 # runs lacked which key is said under the table.
 DEFAULTS_OF_NEWER_KEYS = {"model.init": "reference", "model.bn_eps": 1e-5}
-# Newer settings whose null is what every run before them did: dropped when null, so a run
-# written before the key existed and one that sets it null are the same config (nothing to note).
-NULL_MEANS_ABSENT = ("model.encoder_hidden_dim",)
+# Newer settings whose null (or absence, in runs written before them) means "the value of another
+# key": resolved to that value, so a run from before the key, one that sets it null and one that
+# sets it to the same number are the same config (nothing to note), and a row's label can say
+# `encoder_hidden_dim=128` where another row has 256.
+NULL_MEANS_KEY = {"model.encoder_hidden_dim": "model.hidden_dim"}
 MISSING = "–"
 
 
@@ -97,7 +99,12 @@ def load_run(path: Path) -> dict:
         raise CompareError(f"{path}: {' '.join(str(err).split())}") from err
     if not isinstance(config, dict) or not isinstance(metrics, dict):
         raise CompareError(f"{path}: config.yaml and metrics.json must each hold a mapping")
-    flat = {k: v for k, v in flatten(config).items() if not ignored(k) and not (k in NULL_MEANS_ABSENT and v is None)}
+    flat = {k: v for k, v in flatten(config).items() if not ignored(k)}
+    for key, source in NULL_MEANS_KEY.items():
+        if flat.get(key) is None:
+            flat.pop(key, None)
+            if source in flat:
+                flat[key] = flat[source]
     filled = {}
     if "model" in config:
         filled = {k: v for k, v in DEFAULTS_OF_NEWER_KEYS.items() if k not in flat}

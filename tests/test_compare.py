@@ -365,6 +365,36 @@ def test_runs_from_before_and_after_new_run_mechanics_keys_group_together(tmp_pa
     assert sorted(g["label"] for g in groups) == ["common settings", "encoder_hidden_dim=256"]
 
 
+def test_a_row_that_differs_from_the_common_settings_is_never_labelled_as_them(tmp_path):
+    # encoder 128 from before model.encoder_hidden_dim existed, against two rows widened to 256:
+    # the old row's null resolves to its hidden_dim, so its label says 128, not "common settings"
+    make_run(tmp_path, "last", 1, metrics(400.0, 60.0), hidden_dim=128)
+    make_run(tmp_path, "wide_last", 1, metrics(401.0, 60.0), hidden_dim=128, encoder_hidden_dim=256, pooling="last")
+    make_run(tmp_path, "wide_max", 1, metrics(402.0, 60.0), hidden_dim=128, encoder_hidden_dim=256)
+    make_run(tmp_path, "same", 2, metrics(403.0, 60.0), hidden_dim=128, encoder_hidden_dim=128)
+    groups = compare.group_runs(compare.find_runs([str(tmp_path / "yahoo" / "*" / "seed*")]))
+    labels = sorted((g["label"], len(g["runs"])) for g in groups)
+    assert labels == [("common settings", 1), ("encoder_hidden_dim=128", 2), ("pooling=last", 1)]
+    # a key most rows set and one row lacks (no default to fill in) is named as absent
+    other = tmp_path / "other"
+    for variant in ("a", "b"):
+        make_run(other, variant, 1, metrics(400.0, 60.0), beta=0.5 if variant == "a" else 2.0, gamma=1)
+    make_run(other, "old", 1, metrics(400.0, 60.0))
+    groups = compare.group_runs(compare.find_runs([str(other / "yahoo" / "*" / "seed*")]))
+    assert sorted(g["label"] for g in groups) == ["beta=0.5", "beta=2.0", "gamma=–"]
+
+
+def test_label_by_dir_tells_apart_variants_of_one_name_in_two_grids(tmp_path):
+    for grid, width in (("recipe20", None), ("encoder_width", 256)):
+        for seed in (1, 2):
+            make_run(tmp_path / grid, "last", seed, metrics(400.0 + seed, 60.0), encoder_hidden_dim=width, pooling="last")
+    make_run(tmp_path / "encoder_width", "max", 1, metrics(405.0, 60.0), encoder_hidden_dim=256)
+    runs = compare.find_runs([str(tmp_path / "*" / "yahoo" / "*" / "seed*")])
+    assert sorted(g["label"] for g in compare.group_runs(runs, "dir")) == [
+        "encoder_width/yahoo/last", "max", "recipe20/yahoo/last"
+    ]
+
+
 def test_runs_from_before_a_model_key_existed_group_with_its_default_only(tmp_path):
     old = make_run(tmp_path, "max", 1, metrics(400.0, 60.0), drop=("init",))  # written before model.init existed
     same = make_run(tmp_path, "max", 2, metrics(402.0, 60.0), init="reference")
