@@ -391,7 +391,9 @@ def test_label_by_dir_tells_apart_variants_of_one_name_in_two_grids(tmp_path):
     make_run(tmp_path / "encoder_width", "max", 1, metrics(405.0, 60.0), encoder_hidden_dim=256)
     runs = compare.find_runs([str(tmp_path / "*" / "yahoo" / "*" / "seed*")])
     assert sorted(g["label"] for g in compare.group_runs(runs, "dir")) == [
-        "encoder_width/yahoo/last", "max", "recipe20/yahoo/last"
+        "encoder_width/yahoo/last",
+        "max",
+        "recipe20/yahoo/last",
     ]
 
 
