@@ -103,23 +103,25 @@ def group_runs(
     names = short_names(varying)
     common = common_values(out, varying)
     for g in out:
-        # A key the row lacks is named too (`key=–`) when most rows set it: otherwise the row would
-        # read as "common settings" while differing from them.
-        shown = [
-            k for k in varying
-            if (k in common and g["config"].get(k, MISSING) != common[k]) or (k not in common and k in g["config"])
-        ]  # fmt: skip
-        # ...except the arguments another class would take, once the row's own class is named
-        classes = [k[: -len("class_path")] for k in shown if k.endswith("class_path")]
-        shown = [k for k in shown if k in g["config"] or not any(k.startswith(c) for c in classes)]
-        label = ", ".join(f"{names[k]}={show(k, g['config'].get(k, MISSING))}" for k in shown)
-        if label_by == "dir" or not varying:
-            label = dir_label(g, 1)
-        g["label"] = label or COMMON_LABEL
+        by_dir = label_by == "dir" or not varying
+        g["label"] = dir_label(g, 1) if by_dir else config_label(g["config"], varying, common, names) or COMMON_LABEL
         g["stats"] = {mid: summarize(g["runs"], key) for mid, _, key, _ in METRICS}
     if label_by == "dir":
         unique_dir_labels(out)
     return out
+
+
+def config_label(config: dict, varying: list[str], common: dict, names: dict) -> str:
+    """Where a row departs from the common settings. A key the row lacks is named too (`key=–`)
+    when most rows set it, or the row would read as "common settings" while differing from them;
+    except the arguments another class would take, once the row's own class is named."""
+    shown = [
+        k for k in varying
+        if (k in common and config.get(k, MISSING) != common[k]) or (k not in common and k in config)
+    ]  # fmt: skip
+    classes = [k[: -len("class_path")] for k in shown if k.endswith("class_path")]
+    shown = [k for k in shown if k in config or not any(k.startswith(c) for c in classes)]
+    return ", ".join(f"{names[k]}={show(k, config.get(k, MISSING))}" for k in shown)
 
 
 def dir_label(group: dict, depth: int) -> str:
