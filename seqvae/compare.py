@@ -102,8 +102,8 @@ def group_runs(
     varying = varying_keys(out)
     names = short_names(varying)
     common = common_values(out, varying)
+    by_dir = label_by == "dir" or not varying
     for g in out:
-        by_dir = label_by == "dir" or not varying
         g["label"] = dir_label(g, 1) if by_dir else config_label(g["config"], varying, common, names) or COMMON_LABEL
         g["stats"] = {mid: summarize(g["runs"], key) for mid, _, key, _ in METRICS}
     if label_by == "dir":
