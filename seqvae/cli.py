@@ -21,7 +21,7 @@ from pytorch_lightning.loggers import TensorBoardLogger
 from .allocator import reuse_freed_memory
 from .callbacks import LatentDimensions, PeriodicCheckpoint, PlateauRule, TextSamples
 from .commands import main  # noqa: F401  (the entry point; `seqvae.cli.main` kept for scripts and tests)
-from .data import CorpusError, TextDataModule, load_checkpoint
+from .data import CorpusError, TextDataModule, Vocabulary, load_checkpoint
 from .log_lines import EpochLine, TestProgress
 from .model import AGGRESSIVE_DDP, ConfigError, NonFiniteError, SeqVAE, pretrained_encoder
 from .provenance import provenance
@@ -158,6 +158,11 @@ class SeqVAECLI(LightningCLI):
 
     def before_instantiate_classes(self):
         cfg = self.config[self.subcommand] if self.subcommand else self.config
+        # Before the data are read: a missing checkpoint would otherwise surface as whatever the
+        # data module misses without it (the vocabulary it was to give, the training text).
+        ckpt = cfg.get("ckpt_path")
+        if ckpt and ckpt not in ("best", "last", "hpc", "registry") and not Path(ckpt).is_file():
+            raise ConfigError(f"ckpt_path: no such checkpoint file {ckpt}")
         self._line_ranges_follow_files(cfg)
         if self.subcommand in ("validate", "test", "predict"):
             self._scoring_data(cfg)
@@ -172,30 +177,49 @@ class SeqVAECLI(LightningCLI):
         if aggressive is not None and aggressive.get("init_args") is not None and aggressive["init_args"].get("seed") is None:
             aggressive["init_args"]["seed"] = seed
 
-    def _check_ckpt_path(self):
-        # Lightning would fail on it deep inside the run, after the run directory was written.
-        ckpt = self.config_init[self.subcommand].get("ckpt_path")
-        if ckpt and ckpt not in ("best", "last", "hpc", "registry") and not Path(ckpt).is_file():
-            raise ConfigError(f"ckpt_path: no such checkpoint file {ckpt}")
+    def _refuse_a_finished_run_directory(self) -> None:
+        """`fit` into a run directory that already holds a run, without `--ckpt_path` to resume it:
+        refused here, before Lightning writes anything there (its own refusal came after a new
+        TensorBoard events file was added to the old run)."""
+        log_dir = self.trainer.log_dir
+        if log_dir and (Path(log_dir) / "config.yaml").exists():
+            last = Path(log_dir) / "checkpoints" / "last.ckpt"
+            raise ConfigError(
+                f"trainer.logger.init_args.version: {log_dir} already holds a run (config.yaml): give another "
+                f"version (or none: the next free one), or resume it with --ckpt_path {last}"
+            )
+
+    def _same_vocabulary(self, ckpt: str) -> None:
+        """Resuming with other training text builds another vocabulary, whose embedding sizes
+        cannot load the checkpoint's weights: one line instead of a state-dict size mismatch."""
+        saved = load_checkpoint(ckpt, "ckpt_path", mmap=True).get("vocab")
+        saved = Vocabulary.from_str(saved).tokenizer.get_vocab() if saved is not None else None
+        if saved is not None and saved != self.datamodule.vocab.tokenizer.get_vocab():
+            n_saved, n_now = len(saved), self.datamodule.vocab_size
+            raise ConfigError(
+                f"ckpt_path: {ckpt} was trained with another vocabulary ({n_saved} ids) than data.train gives now "
+                f"({n_now} ids): resume with the training data (and data.* options) the run started with"
+            )
 
     def before_validate(self):
-        self._check_ckpt_path()
         self.datamodule.read_splits(["val"])  # a bad file stops here, before the run directory exists
 
     def before_test(self):
-        self._check_ckpt_path()
         self.datamodule.read_splits(["test"])
         if not self.trainer.progress_bar_callback:
             self.trainer.callbacks.append(TestProgress())
 
     def before_predict(self):
-        self._check_ckpt_path()
         # Before Lightning launches the other ranks, so a single clear line, not a rank crash.
         if self.trainer.world_size > 1:
             raise ConfigError("trainer.strategy/devices: predict runs on one device (it writes one file in input order)")
 
     def before_fit(self):
-        self._check_ckpt_path()
+        ckpt = self.config_init["fit"].get("ckpt_path")
+        if not ckpt:
+            self._refuse_a_finished_run_directory()
+        elif Path(ckpt).is_file():
+            self._same_vocabulary(ckpt)
         if self.model.hparams.init_encoder_from and self.model.encoder is not None:  # refused before the run directory exists
             pretrained_encoder(self.model.hparams.init_encoder_from, self.model.encoder, mmap=True)
         if self.trainer.world_size > 1 and self.model.aggressive is not None:
@@ -315,11 +339,30 @@ def quiet_known_noise() -> None:
     warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated", category=FutureWarning)
 
 
+def check_config_files(argv: list[str]) -> None:
+    """A YAML syntax error in a `--config` file, named with its file, line and column:
+    jsonargparse reports it as found in "<unicode string>", without the file's name."""
+    import yaml
+
+    given = [b for a, b in zip(argv, argv[1:]) if a in ("--config", "-c")]
+    given += [a.split("=", 1)[1] for a in argv if a.startswith("--config=")]
+    for path in given:
+        if not Path(path).is_file():  # jsonargparse's own error names a missing file
+            continue
+        try:
+            yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+        except yaml.YAMLError as err:
+            mark = getattr(err, "problem_mark", None)
+            where = f":{mark.line + 1}:{mark.column + 1}" if mark is not None else ""
+            raise ConfigError(f"--config {path}{where}: not valid YAML ({getattr(err, 'problem', None) or err})") from None
+
+
 def run_lightning(argv: list[str] | None = None) -> None:
     """fit/validate/test/predict (`seqvae.commands.main` sends everything else elsewhere)."""
     reuse_freed_memory()  # a third less CPU time per training step on glibc (seqvae/allocator.py)
     quiet_known_noise()
     try:
+        check_config_files(list(argv) if argv is not None else sys.argv[1:])
         SeqVAECLI(args=argv)
     except (CorpusError, ArgumentError, ConfigError, NonFiniteError) as err:
         message = " ".join(str(err).split())  # one line, whatever jsonargparse nested

@@ -9,6 +9,7 @@ A corpus is one text per line, already tokenised (split on whitespace), optional
 
 from __future__ import annotations
 
+import codecs
 import hashlib
 import json
 import os
@@ -50,6 +51,10 @@ class Corpus:
     n_tab: int = 0  # kept lines holding a tab
     n_label_like: int = 0  # ... whose part before the first tab is one short token (`5<TAB>text`)
     first_label: str | None = None  # that token on the first such line
+    first_label_line: int | None = None  # ... and its line number
+    first_untabbed_line: int | None = None  # the first kept line with no tab
+    n_odd_label: int = 0  # kept lines with a tab whose part before it is not one short token
+    first_odd_label_line: int | None = None
 
 
 LABEL_MAX_CHARS = 32  # a class label, not a text: `5`, `pos`, `__label__sports`
@@ -96,6 +101,8 @@ def read_corpus(
         raise CorpusError(f"{path}: no such file")
     span = parse_line_range(lines)
     raw = path.read_bytes()
+    # Windows editors write a byte-order mark; left in, it would glue U+FEFF to the first word.
+    raw = raw.removeprefix(codecs.BOM_UTF8)
     pieces = raw.split(b"\n")
     if pieces[-1] == b"":  # the empty piece after a final newline is not a line
         pieces.pop()
@@ -127,12 +134,23 @@ def read_corpus(
         corpus.n_tab += has_tab
         if label_like:
             corpus.n_label_like += 1
-            corpus.first_label = corpus.first_label or head.strip()
+            if corpus.first_label is None:
+                corpus.first_label, corpus.first_label_line = head.strip(), number
+        elif has_tab:
+            corpus.n_odd_label += 1
+            corpus.first_odd_label_line = corpus.first_odd_label_line or number
+        else:
+            corpus.first_untabbed_line = corpus.first_untabbed_line or number
         corpus.texts.append(tokens)
         corpus.labels.append(label)
         corpus.line_numbers.append(number)
     if not corpus.texts:
         where = f" (lines {span[0]}-{span[1]})" if span else ""
+        if corpus.n_too_long:
+            raise CorpusError(
+                f"{path}{where}: no line of at most data.max_length={max_length} tokens "
+                f"({corpus.n_too_long} longer lines skipped, {corpus.n_empty} empty)"
+            )
         raise CorpusError(f"{path}{where}: no non-empty lines")
     return corpus
 
@@ -263,17 +281,33 @@ def unk_token_hint(texts: list[list[str]], unk_token: str) -> str | None:
 
 
 def label_column_hint(corpus: Corpus, label_column: bool) -> str | None:
-    """A one-line warning when `data.label_column` looks wrong for this file: most lines start
-    with `label<TAB>` but it is off (the label would be read as each text's first word), or it
-    is on but no line holds a tab (every line is read as text, with no label); else None."""
-    n = len(corpus.texts)
-    if not label_column and corpus.n_label_like >= max(1, n // 2):
+    """A one-line warning when `data.label_column` looks wrong for this file, or for some of its
+    lines: it is off but lines start with `label<TAB>` (the label would be read as the text's
+    first word); it is on but lines hold no tab (read as text with no label), or the part before
+    the tab is not one short token (a tab inside the text: its first words would be dropped as
+    a label); else None. A file that mixes them is what a user's export script leaves behind."""
+    n, path = len(corpus.texts), corpus.path
+    if not label_column and corpus.n_label_like:
         return (
-            f"{corpus.path}: {corpus.n_label_like} of {n} lines start with a label column ({corpus.first_label!r}<TAB>text) "
-            "that is read as each text's first word; if it is a label, set --data.label_column true"
+            f"{path}: {corpus.n_label_like} of {n} lines start with a label column "
+            f"({corpus.first_label!r}<TAB>text, first at line {corpus.first_label_line}) that is read as "
+            "the text's first word; if it is a label, set --data.label_column true"
         )
-    if label_column and corpus.n_tab == 0:
-        return f"{corpus.path}: data.label_column is true but no line holds a tab: every line is read as text, none has a label"
+    if not label_column:
+        return None
+    if corpus.n_tab == 0:
+        return f"{path}: data.label_column is true but no line holds a tab: every line is read as text, none has a label"
+    if corpus.n_tab < n:
+        return (
+            f"{path}: data.label_column is true but {n - corpus.n_tab} of {n} lines hold no tab "
+            f"(first at line {corpus.first_untabbed_line}): they are read as text with no label"
+        )
+    if corpus.n_odd_label:
+        return (
+            f"{path}: data.label_column is true but on {corpus.n_odd_label} of {n} lines the part before the tab "
+            f"is not one short label (first at line {corpus.first_odd_label_line}): it is dropped as the label; "
+            "if the tab is part of the text, set --data.label_column false"
+        )
     return None
 
 

@@ -89,6 +89,8 @@ def make_corpus(root: Path) -> dict[str, Path]:
     paths["crlf"].write_bytes(("\r\n".join(train) + "\r\n").encode("utf-8"))
     paths["extra_key_yaml"] = root / "extra_key.yaml"
     paths["extra_key_yaml"].write_text("model:\n  nosuch: 1\n", encoding="utf-8")
+    paths["bad_yaml"] = root / "bad.yaml"  # an unclosed flow list: line 3 is where YAML notices
+    paths["bad_yaml"].write_text("model:\n  lr: [1\n  pooling: max\n", encoding="utf-8")
     paths["missing"] = root / "no_such_file.txt"
     return paths
 
@@ -246,6 +248,17 @@ BAD_INPUTS = {
     "invalid_pooling": (["--model.pooling", "nosuch"], ["model.pooling", "nosuch"]),
     "line_range_past_eof": (["--data.train_lines", "1-1000"], ["data.train", "{train}", "1-1000", "100 lines"]),
     "missing_checkpoint": (["--ckpt_path", "{missing}"], ["ckpt_path", "no such checkpoint file", "{missing}"]),
+    "yaml_syntax_error": (["--config", "{bad_yaml}"], ["--config {bad_yaml}:3:", "not valid YAML"]),
+    # every line longer than max_length: the error says so, not "no non-empty lines"
+    "max_length_drops_every_line": (["--data.max_length", "1"], ["data.train", "data.max_length=1", "100 longer lines"]),
+}
+# Whole commands (not `fit` with the base arguments).
+BAD_COMMANDS = {
+    # no --config: the checkpoint is where the vocabulary would come from; its absence is the error
+    "test_missing_checkpoint": (
+        ["test", "--ckpt_path", "{missing}", "--data.test", "{test}"],
+        ["ckpt_path", "no such checkpoint file", "{missing}"],
+    ),
 }
 
 
@@ -312,6 +325,28 @@ def build_jobs(tmp: Path, corpus: dict[str, Path]) -> Jobs:
     for case, (extra, _) in BAD_INPUTS.items():
         args = ["fit", *base_args(corpus, tmp / f"bad_{case}"), *(_fill(a, corpus) for a in extra)]
         specs[f"bad:{case}"] = lambda args=args: seqvae(args, cwd)
+    for case, (command, _) in BAD_COMMANDS.items():
+        args = [_fill(a, corpus) for a in command]
+        specs[f"bad:{case}"] = lambda args=args: seqvae(args, cwd)
+
+    def files(root: Path) -> dict[Path, bytes]:
+        return {p: p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+    def refit_finished_run():  # fit again into the crlf run's directory, without --ckpt_path
+        run = jobs.result("crlf").ok().wrote.parent
+        before = files(run)
+        args = [*base_args(corpus, tmp / "crlf", train=corpus["crlf"]), "--trainer.logger.init_args.version", run.name]
+        return run, before, seqvae(["fit", *args], cwd), files(run)
+
+    specs["refit_finished_run"] = refit_finished_run
+
+    def resume_with_other_vocabulary():  # the main run's checkpoint, a vocabulary cut to 10 words
+        run = run_dir()
+        save = tmp / "other_vocabulary"
+        args = [*base_args(corpus, save), "--data.max_vocab", "10", "--ckpt_path", run / "checkpoints" / "last.ckpt"]
+        return save, seqvae(["fit", *args], cwd)
+
+    specs["resume_with_other_vocabulary"] = resume_with_other_vocabulary
     specs["download_help"] = lambda: seqvae(["download", "--help"], cwd)
 
     def fast_dev_run():  # in a working directory of its own: it must stay empty
@@ -477,16 +512,34 @@ def test_validate_subcommand(jobs):
 
 
 # ------------------------------------------------------------------------------------- 5. bad input
-@needs("bad:{case}")
-@pytest.mark.parametrize("case", list(BAD_INPUTS))
-def test_bad_input_is_one_error_line(jobs, corpus, case):
-    result = jobs.result(f"bad:{case}")
+def assert_one_error_line(result: Result, expected: list[str]) -> None:
     assert result.returncode not in (0, None), result.describe()
     assert "Traceback" not in result.stderr, result.describe()
     last = result.stderr.strip().splitlines()[-1]
     assert last.startswith("seqvae: error:"), result.describe()
-    for expected in BAD_INPUTS[case][1]:
-        assert _fill(expected, corpus) in last, f"{expected!r} not in {last!r}"
+    for part in expected:
+        assert part in last, f"{part!r} not in {last!r}"
+
+
+@needs("bad:{case}")
+@pytest.mark.parametrize("case", [*BAD_INPUTS, *BAD_COMMANDS])
+def test_bad_input_is_one_error_line(jobs, corpus, case):
+    expected = (BAD_INPUTS.get(case) or BAD_COMMANDS[case])[1]
+    assert_one_error_line(jobs.result(f"bad:{case}"), [_fill(e, corpus) for e in expected])
+
+
+@needs("refit_finished_run")
+def test_fit_into_a_finished_run_is_refused_and_changes_nothing(jobs):
+    run, before, result, after = jobs.result("refit_finished_run")
+    assert_one_error_line(result, ["trainer.logger.init_args.version", f"{run} already holds a run", "--ckpt_path"])
+    assert after == before  # no new events file, no checkpoint or metrics touched
+
+
+@needs("resume_with_other_vocabulary", "fit")
+def test_resume_with_another_vocabulary_is_one_error_line(jobs, main_run):
+    save, result = jobs.result("resume_with_other_vocabulary")
+    assert_one_error_line(result, ["ckpt_path", "another vocabulary", "(14 ids)", "data.train"])
+    assert not save.exists() or not any(p.is_file() for p in save.rglob("*"))
 
 
 @needs("long_line")

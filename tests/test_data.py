@@ -136,6 +136,18 @@ def test_max_length_skips_and_counts(tmp_path):
     assert c.n_too_long == 1 and c.n_empty == 1
     assert c.line_numbers == [1, 2, 5]
     assert read_corpus(path, max_length=2).n_too_long == 2
+    # every line too long is not "no non-empty lines": the error names the option that dropped them
+    long_only = write(tmp_path, b"a b c\n\na b\n", name="long.txt")
+    with pytest.raises(CorpusError, match=r"no line of at most data.max_length=1 tokens \(2 longer lines skipped, 1 empty\)"):
+        read_corpus(long_only, max_length=1)
+
+
+def test_byte_order_mark_is_not_part_of_the_first_word(tmp_path):
+    path = write(tmp_path, b"\xef\xbb\xbfhello world\r\nhello again\n")
+    assert read_corpus(path).texts == [["hello", "world"], ["hello", "again"]]
+    # only at the start of the file: U+FEFF elsewhere is text (a zero-width no-break space)
+    inner = write(tmp_path, b"a \xef\xbb\xbfb\n", name="inner.txt")
+    assert read_corpus(inner).texts == [["a", "\ufeffb"]]
 
 
 def test_very_long_line(tmp_path):

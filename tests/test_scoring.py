@@ -158,14 +158,26 @@ def test_label_column_hint_on_labelled_and_plain_files(tmp_path):
     labelled = tmp_path / "yelp.txt"
     labelled.write_text("5\tgreat food here\n1\tcold soup\nno label on this line\n")
     hint = label_column_hint(read_corpus(labelled), False)
-    assert "2 of 3 lines" in hint and "'5'<TAB>text" in hint and "--data.label_column true" in hint
+    assert "2 of 3 lines" in hint and "'5'<TAB>text, first at line 1" in hint and "--data.label_column true" in hint
     corpus = read_corpus(labelled, label_column=True)
-    assert label_column_hint(corpus, True) is None
     assert corpus.labels == ["5", "1", None] and corpus.texts[0] == ["great", "food", "here"]
+    assert "1 of 3 lines hold no tab (first at line 3)" in label_column_hint(corpus, True)
+    both = tmp_path / "both.txt"
+    both.write_text("5\tgreat food here\n1\tcold soup\n")
+    assert label_column_hint(read_corpus(both, label_column=True), True) is None
+    # a few labelled lines among plain ones (a half-cleaned export) are still named
+    few = tmp_path / "few.txt"
+    few.write_text("plain text here\nmore plain text\npos\tlabelled one\nthe last plain line\n")
+    hint = label_column_hint(read_corpus(few), False)
+    assert "1 of 4 lines start with a label column ('pos'<TAB>text, first at line 3)" in hint
     # a tab inside running text (several words before it) is not a label column
     prose = tmp_path / "prose.txt"
     prose.write_text("the cat\tsat down\na dog\tran off\n")
     assert label_column_hint(read_corpus(prose), False) is None
+    # ... and with label_column on, its first words would be dropped as a label: said, with the line
+    hint = label_column_hint(read_corpus(prose, label_column=True), True)
+    assert "on 2 of 2 lines the part before the tab is not one short label (first at line 1)" in hint
+    assert "--data.label_column false" in hint
     plain = tmp_path / "plain.txt"
     plain.write_text("a b c\nd e\n")
     assert label_column_hint(read_corpus(plain), False) is None
