@@ -23,6 +23,7 @@ from typing import Literal
 import torch
 
 from .data import run_seed
+from .options import AT_LEAST_ONE
 
 
 class WindowStopRule:
@@ -61,6 +62,10 @@ class AggressiveTraining:
         clip: "stepped": clip the gradient norm of the module being stepped (default);
             "joint": clip the norm of encoder and decoder gradients together, as the reference.
     """
+
+    # 0 inner steps would never step the encoder while aggressive; the stop rule's window is a
+    # modulus (0: ZeroDivisionError at the first batch).
+    option_ranges = {"max_inner_steps": AT_LEAST_ONE, "window": AT_LEAST_ONE}
 
     def __init__(
         self, max_inner_steps: int = 99, window: int = 15, seed: int | None = None, clip: Literal["stepped", "joint"] = "stepped"

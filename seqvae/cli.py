@@ -247,6 +247,14 @@ class SeqVAECLI(LightningCLI):
                 file=sys.stderr,
             )
         print(f"seqvae: vocabulary {self.datamodule.vocab_size} ids; run directory {self.trainer.log_dir}", file=sys.stderr)
+        h = self.datamodule.hparams
+        for split, use in (("val", "validation and the choice of the best checkpoint"), ("test", "the test metrics")):
+            if h[split] is None and h[f"{split}_lines"] == h.train_lines:  # the fallback: the training texts themselves
+                print(
+                    f"seqvae: warning: data.{split} is not given: {use} read the training texts; "
+                    f"give --data.{split} FILE or --data.{split}_lines FIRST-LAST",
+                    file=sys.stderr,
+                )
 
     def after_fit(self):
         if self.trainer.interrupted:

@@ -37,6 +37,7 @@ from .corpus import (  # noqa: F401  (re-exported: the names a user of the data 
     texts_digest,
     unk_token_hint,
 )
+from .options import DATA_OPTIONS, check_option
 
 
 class _EpochHook:
@@ -222,6 +223,8 @@ class TextDataModule(pl.LightningDataModule):
     ):
         super().__init__()
         self.save_hyperparameters()
+        for option, allowed in DATA_OPTIONS.items():  # before any file is read (seqvae/options.py)
+            check_option(f"data.{option}", self.hparams[option], allowed)
         if seed is None:
             self.hparams.seed = run_seed()
         self.corpora: dict[str, Corpus] = {}  # the splits read so far

@@ -5,6 +5,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from .options import NON_NEGATIVE
+
 
 def gaussian_kl(mu: torch.Tensor, logvar: torch.Tensor) -> torch.Tensor:
     """KL(N(mu, σ²) ‖ N(0, I)) per dimension, closed form: (B, Z)."""
@@ -34,6 +36,8 @@ class FreeBits(KLPenalty):
         target: Total free nats over all dimensions (8 in Li et al.); λ = target / Z.
     """
 
+    option_ranges = {"target": NON_NEGATIVE}  # 0: the true KL (KL_d > 0 always counts)
+
     def __init__(self, target: float = 8.0):
         self.target = target
 
@@ -45,6 +49,8 @@ class FreeBits(KLPenalty):
 class BatchFreeBits(KLPenalty):
     """Kingma et al. (2016): per dimension max(λ, batch-mean KL_d), λ = target/Z. Returned per
     sentence as the batch value (every sentence carries the same term)."""
+
+    option_ranges = {"target": NON_NEGATIVE}  # 0: the true KL (max(0, KL_d) = KL_d)
 
     def __init__(self, target: float = 8.0):
         self.target = target
@@ -81,6 +87,8 @@ class CosineDispersion(Regularizer):
     """
 
     name = "cosine"
+    # 0: off; a negative weight would pull the features together, the opposite of its purpose.
+    option_ranges = {"weight": NON_NEGATIVE}
 
     def __init__(self, weight: float = 1.0):
         self.weight = weight

@@ -24,6 +24,7 @@ from .generation import Decoding, Generation, Predictor
 from .losses import BatchFreeBits, CosineDispersion, FreeBits, KLPenalty, Regularizer, StandardKL, gaussian_kl
 from .metrics import EvalMetrics, iw_log_weights, iw_nll_from_weights, iw_nll_standard_error, sample_posterior
 from .networks import Init, LSTMDecoder, LSTMEncoder, Pooling
+from .options import MODEL_OPTIONS, check_option, check_strategy
 from .schedules import ConstantKL, CyclicalKL, KLSchedule, LinearKLWarmup
 
 __all__ = ["Generation", "NonFiniteError", "SeqVAE"]
@@ -123,7 +124,7 @@ class SeqVAE(pl.LightningModule):
             saved with the hyper-parameters.
     """
 
-    def __init__(  # fmt: skip
+    def __init__(
         self,
         vocab_size: int, embed_dim: int = 512, hidden_dim: int = 1024, latent_dim: int = 32, pooling: Pooling = "last",
         dropout_in: float = 0.5, dropout_out: float = 0.5, word_dropout: float = 0.0, skip: bool = False,
@@ -134,7 +135,7 @@ class SeqVAE(pl.LightningModule):
         aggressive: AggressiveTraining | None = None, bn_gamma: float | None = None, bn_eps: float = 1e-5,
         init: Init = "reference", fused_output: bool = True, encoder_hidden_dim: int | None = None,
         generation: Generation = Generation(),  # noqa: B008 (frozen: immutable default)
-    ):
+    ):  # fmt: skip
         super().__init__()
         self.save_hyperparameters(ignore=["generation"])
         self.generation = generation
@@ -143,6 +144,12 @@ class SeqVAE(pl.LightningModule):
         self.kl_penalty = kl_penalty or StandardKL()
         self.regularizers = list(regularizers or [])
         self.aggressive = aggressive
+        for name, allowed in MODEL_OPTIONS.items():
+            check_option(f"model.{name}", self.hparams[name], allowed)
+        strategies = {"kl_schedule": self.kl_schedule, "kl_penalty": self.kl_penalty, "aggressive": aggressive}
+        strategies.update({f"regularizers[{i}]": r for i, r in enumerate(self.regularizers)})
+        for option, strategy in strategies.items():
+            check_strategy(f"model.{option}", strategy)
         self.encoder = None
         feature_dim = encoder_hidden_dim or hidden_dim
         if latent_dim:

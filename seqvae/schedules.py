@@ -4,6 +4,8 @@ optimiser update number `update` (0-based), driven by the module's own update co
 
 from __future__ import annotations
 
+from .options import AT_LEAST_ONE, NON_NEGATIVE, PROBABILITY, Range
+
 
 class KLSchedule:
     """Interface: the KL weight for one training update."""
@@ -18,6 +20,8 @@ class ConstantKL(KLSchedule):
     Args:
         value: The KL weight.
     """
+
+    option_ranges = {"value": NON_NEGATIVE}  # 0: the autoencoder; a negative weight would reward KL
 
     def __init__(self, value: float = 1.0):
         self.value = value
@@ -35,6 +39,9 @@ class LinearKLWarmup(KLSchedule):
         start: Weight before the first update (the reference's `kl_start`, 0.1 in the paper).
         warmup_epochs: Epochs until the weight reaches 1 (10 in the paper).
     """
+
+    # The weight rises from `start` to 1; warmup_epochs 0: weight 1 from the first update.
+    option_ranges = {"start": PROBABILITY, "warmup_epochs": NON_NEGATIVE}
 
     def __init__(self, start: float = 0.1, warmup_epochs: float = 10.0):
         self.start, self.warmup_epochs = start, warmup_epochs
@@ -57,6 +64,9 @@ class CyclicalKL(KLSchedule):
         cycles: Number of cycles M over `max_epochs`.
         ratio: Fraction R of each cycle spent rising.
     """
+
+    # The cycle length divides by cycles and the rise by ratio, a fraction of a cycle.
+    option_ranges = {"cycles": AT_LEAST_ONE, "ratio": Range(lambda v: 0 < v <= 1, "in (0, 1]")}
 
     def __init__(self, cycles: int = 4, ratio: float = 0.5):
         self.cycles, self.ratio = cycles, ratio

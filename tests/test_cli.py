@@ -320,6 +320,7 @@ def build_jobs(tmp: Path, corpus: dict[str, Path]) -> Jobs:
         "long_line": ["--data.train", corpus["long"]],
         "long_line_skipped": ["--data.train", corpus["long"], "--data.max_length", "200"],
         "crlf": ["--data.train", corpus["crlf"]],
+        "no_val_or_test": ["--data.val", "null", "--data.test", "null"],
     }.items():
         specs[name] = lambda name=name, extra=extra: seqvae(["fit", *base_args(corpus, tmp / name), *extra], cwd)
     for case, (extra, _) in BAD_INPUTS.items():
@@ -556,6 +557,16 @@ def test_long_line_skipped_with_max_length(jobs):
     assert m["data"]["train"]["too_long_skipped"] == 1 and m["data"]["train"]["texts"] == 100
     assert "1 too-long lines skipped" in result.stderr
     assert all(math.isfinite(m[k]) for k in TEST_KEYS)
+
+
+@needs("no_val_or_test")
+def test_fit_without_val_or_test_files_says_it_uses_the_training_texts(jobs):
+    result = jobs.result("no_val_or_test").ok()
+    data = load_metrics(result.wrote)["data"]
+    assert data["val"]["sha256"] == data["test"]["sha256"] == data["train"]["sha256"]  # what the warnings say
+    for split in ("val", "test"):
+        assert f"seqvae: warning: data.{split} is not given:" in result.stderr, result.describe()
+        assert f"--data.{split}_lines FIRST-LAST" in result.stderr
 
 
 @needs("crlf", "fit")

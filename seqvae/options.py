@@ -1,0 +1,79 @@
+"""Allowed ranges of numeric options, checked where their object is built.
+
+The CLI builds the model and the datamodule before it writes a run directory, so a bad value
+stops there in one line that names the option as the user writes it (`model.lr: must be > 0,
+got -0.5`), instead of as a traceback, or a silent no-op, later. A strategy class (KL schedule,
+KL penalty, regulariser, aggressive training) declares its own `option_ranges`; SeqVAE checks
+them (an error raised inside a nested class would reach the CLI user wrapped in jsonargparse's
+"Does not validate against any of the Union subtypes")."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import NamedTuple
+
+from .corpus import ConfigError
+
+
+class Range(NamedTuple):
+    """The values an option allows: `ok(value)`, and how the error line says it."""
+
+    ok: Callable[[float], bool]
+    text: str
+
+
+POSITIVE = Range(lambda v: v > 0, "> 0")
+NON_NEGATIVE = Range(lambda v: v >= 0, ">= 0")
+AT_LEAST_ONE = Range(lambda v: v >= 1, ">= 1")
+PROBABILITY = Range(lambda v: 0 <= v <= 1, "in [0, 1]")
+
+
+def check_option(option: str, value, allowed: Range) -> None:
+    """Refuses an out-of-range value in one line. None (options typed `| None`) always passes."""
+    if value is not None and not allowed.ok(value):  # `not ok`: NaN fails every range too
+        raise ConfigError(f"{option}: must be {allowed.text}, got {value}")
+
+
+def check_strategy(option: str, strategy) -> None:
+    """Checks the arguments a strategy object declares in `option_ranges` (a user's own class
+    without one is not checked), naming them `<option>.init_args.<name>` as in a config."""
+    for name, allowed in getattr(type(strategy), "option_ranges", {}).items():
+        check_option(f"{option}.init_args.{name}", getattr(strategy, name), allowed)
+
+
+# SeqVAE's numeric options (checked in its __init__).
+MODEL_OPTIONS = {
+    "embed_dim": AT_LEAST_ONE,
+    "hidden_dim": AT_LEAST_ONE,
+    # 0 would silently mean hidden_dim (`encoder_hidden_dim or hidden_dim`): null says that.
+    "encoder_hidden_dim": Range(AT_LEAST_ONE.ok, ">= 1 (null: hidden_dim)"),
+    "latent_dim": NON_NEGATIVE,  # 0: the LSTM language model (no encoder)
+    # Probabilities, as torch's Dropout allows. 1 is meaningful for the decoder's inputs: the
+    # inputless decoder of Bowman et al., which sees only z.
+    "dropout_in": PROBABILITY,
+    "dropout_out": PROBABILITY,
+    "word_dropout": PROBABILITY,
+    "lr": POSITIVE,  # SGD refuses lr < 0; lr 0 would train nothing
+    # The clip coefficient is grad_clip / norm: 0 zeroes every update and a negative value
+    # turns it into gradient ascent. .inf (YAML's infinity) turns clipping off.
+    "grad_clip": Range(POSITIVE.ok, "> 0 (.inf: no clipping)"),
+    "val_iw_samples": NON_NEGATIVE,  # 0: no IW-NLL
+    "test_iw_samples": NON_NEGATIVE,
+    "iw_max_elements": Range(AT_LEAST_ONE.ok, ">= 1 (null: automatic)"),
+    # BN-VAE's fixed scale γ: the KL bound is Z·γ²/2, so 0 forces every posterior mean to the
+    # learned shift and a negative γ only flips the means' sign. No upper limit: a larger γ
+    # is a higher KL floor.
+    "bn_gamma": Range(POSITIVE.ok, "> 0 (null: BN-VAE off)"),
+    "bn_eps": POSITIVE,  # BatchNorm divides by sqrt(batch variance + ε)
+}
+
+# TextDataModule's (checked in its __init__): e.g. a negative batch size makes no batches and
+# trains nothing.
+DATA_OPTIONS = {
+    "batch_size": AT_LEAST_ONE,
+    "eval_batch_size": AT_LEAST_ONE,
+    "num_workers": NON_NEGATIVE,
+    "min_freq": NON_NEGATIVE,  # 0 is accepted: like 1, no cut-off
+    "max_vocab": Range(AT_LEAST_ONE.ok, ">= 1 (null: no limit)"),
+    "max_length": Range(AT_LEAST_ONE.ok, ">= 1 (null: no limit)"),
+}
