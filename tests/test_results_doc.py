@@ -54,7 +54,9 @@ def test_former_paired_gap_block_names_its_replacement(tmp_path, monkeypatch):
 def test_prose_quote_not_in_any_table_is_named(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(REPO)
     mod = build_results()
-    marker = "<!-- compare 'docs/results/yahoo10k_short/max/seed*' --label dir --baseline 'docs/results/yahoo10k_short/last/seed*' -->"
+    marker = (
+        "<!-- compare 'docs/results/yahoo10k_short/max/seed*' --label dir --baseline 'docs/results/yahoo10k_short/last/seed*' -->"
+    )
     doc = tmp_path / "doc.md"
     doc.write_text(f"{marker}\n<!-- /compare -->\n")
     assert mod.main([str(doc), "--no-plots"]) == 0
@@ -87,7 +89,9 @@ def _gap(run: str) -> float:  # −ELBO − IW-NLL
 
 
 def _runs(grid: str) -> list[str]:
-    return sorted(str(p.parent.relative_to(REPO / "docs/results")) for p in (REPO / "docs/results").glob(f"{grid}/*/seed*/metrics.json"))
+    return sorted(
+        str(p.parent.relative_to(REPO / "docs/results")) for p in (REPO / "docs/results").glob(f"{grid}/*/seed*/metrics.json")
+    )
 
 
 class _V(float):
