@@ -70,7 +70,28 @@ class RunCheckpoint(ModelCheckpoint):
 
     def load_state_dict(self, state_dict):
         if getattr(self, "_fitting", True):
-            super().load_state_dict(state_dict)
+            super().load_state_dict(self._moved(state_dict))
+
+    def _moved(self, state_dict: dict) -> dict:
+        """A run directory moved or copied elsewhere and resumed there: its checkpoint paths,
+        re-rooted when every file they name is in the new directory. (Lightning keeps the old
+        best path, so the next best checkpoint was written beside the old one as best-v1.ckpt.)
+        Resuming another run's checkpoint into a new directory keeps Lightning's handling."""
+        old, new = state_dict.get("dirpath"), self.dirpath
+        if not old or not new or old == new:
+            return state_dict
+
+        def moved(path):
+            return str(Path(new) / Path(path).relative_to(old)) if path and Path(path).is_relative_to(old) else path
+
+        keys = ("best_model_path", "kth_best_model_path", "last_model_path")
+        paths = [state_dict.get(k) for k in keys] + list(state_dict.get("best_k_models", {}))
+        if not all(Path(moved(p)).is_file() for p in paths if p):
+            return state_dict
+        out = {k: moved(v) if k in keys else v for k, v in state_dict.items()}
+        out["best_k_models"] = {moved(k): v for k, v in state_dict.get("best_k_models", {}).items()}
+        out["dirpath"] = new
+        return out
 
     @property
     def state_key(self) -> str:

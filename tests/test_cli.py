@@ -341,6 +341,15 @@ def build_jobs(tmp: Path, corpus: dict[str, Path]) -> Jobs:
 
     specs["refit_finished_run"] = refit_finished_run
 
+    def resume_moved_run():  # the crlf run copied to another directory and resumed there
+        run = jobs.result("crlf").ok().wrote.parent
+        moved = tmp / "moved" / "demo" / run.name
+        shutil.copytree(run, moved)
+        args = [*base_args(corpus, tmp / "moved", train=corpus["crlf"], epochs=2), "--trainer.logger.init_args.version", run.name]
+        return moved, seqvae(["fit", *args, "--ckpt_path", moved / "checkpoints" / "last.ckpt"], cwd)
+
+    specs["resume_moved_run"] = resume_moved_run
+
     def resume_with_other_vocabulary():  # the main run's checkpoint, a vocabulary cut to 10 words
         run = run_dir()
         save = tmp / "other_vocabulary"
@@ -534,6 +543,14 @@ def test_fit_into_a_finished_run_is_refused_and_changes_nothing(jobs):
     run, before, result, after = jobs.result("refit_finished_run")
     assert_one_error_line(result, ["trainer.logger.init_args.version", f"{run} already holds a run", "--ckpt_path"])
     assert after == before  # no new events file, no checkpoint or metrics touched
+
+
+@needs("resume_moved_run")
+def test_a_moved_run_resumes_into_its_own_checkpoint_files(jobs):
+    moved, result = jobs.result("resume_moved_run")
+    result.ok()
+    assert sorted(p.name for p in (moved / "checkpoints").iterdir()) == ["best.ckpt", "last.ckpt"]  # no best-v1.ckpt
+    assert load_metrics(result.wrote)["best_checkpoint"] == str(moved / "checkpoints" / "best.ckpt")
 
 
 @needs("resume_with_other_vocabulary", "fit")
