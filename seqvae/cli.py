@@ -152,6 +152,10 @@ class SeqVAECLI(LightningCLI):
     def parse_arguments(self, parser, args):
         self._command_line = list(args) if isinstance(args, (list, tuple)) else sys.argv[1:] if args is None else []
         super().parse_arguments(parser, args)
+        cfg = self.config[self.config["subcommand"]] if self.config.get("subcommand") else self.config
+        seed = cfg.get("seed_everything")
+        if isinstance(seed, int) and not isinstance(seed, bool) and not 0 <= seed < 2**32:  # before Lightning's traceback
+            raise ConfigError(f"seed_everything: must be in [0, 2**32 - 1], got {seed}")
 
     def _given(self, option: str) -> bool:
         """Whether the command line itself (not a --config file) sets this option."""
@@ -177,6 +181,22 @@ class SeqVAECLI(LightningCLI):
             if "vocab" in load_checkpoint(ckpt, "ckpt_path", mmap=True):
                 data["vocab"] = str(ckpt)
 
+    def _beside_a_finished_run(self, cfg) -> None:
+        """validate/test/predict with a run's own config.yaml, whose logger names the run's fixed
+        version (every sweep cell's does), would write into that finished run (Lightning refuses
+        with a traceback, after adding an events file to it): such a command writes to the next
+        free version_N beside it instead, and says so."""
+        logger = (cfg.get("trainer") or {}).get("logger")
+        args = getattr(logger, "init_args", None)
+        version = args.get("version") if args is not None else None
+        if version is None or not args.get("save_dir"):
+            return
+        run = Path(args.save_dir, args.get("name") or "", version if isinstance(version, str) else f"version_{version}")
+        if (run / "config.yaml").exists():
+            args["version"] = None
+            note = f"seqvae: {run} holds a finished run: this {self.subcommand} writes to a new version_N beside it"
+            print(note, file=sys.stderr)
+
     def before_instantiate_classes(self):
         cfg = self.config[self.subcommand] if self.subcommand else self.config
         # Before the data are read: a missing checkpoint would otherwise surface as whatever the
@@ -187,6 +207,7 @@ class SeqVAECLI(LightningCLI):
         self._line_ranges_follow_files(cfg)
         if self.subcommand in ("validate", "test", "predict"):
             self._scoring_data(cfg)
+            self._beside_a_finished_run(cfg)
         # Seeds left unset take the run's seed (`seed_everything`), written into the config here
         # so that config.yaml records the values the run used.
         seed = cfg.get("seed_everything")
@@ -231,6 +252,7 @@ class SeqVAECLI(LightningCLI):
             self.trainer.callbacks.append(TestProgress())
 
     def before_predict(self):
+        self.datamodule.predict_corpus()  # a bad input file stops here, before the run directory exists
         # Before Lightning launches the other ranks, so a single clear line, not a rank crash.
         if self.trainer.world_size > 1:
             raise ConfigError("trainer.strategy/devices: predict runs on one device (it writes one file in input order)")

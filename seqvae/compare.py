@@ -20,6 +20,10 @@ every other row gets, per metric, the difference row − baseline and its 95% in
   metrics (MI, AU, ...) and runs without per-text files get the difference and no interval.
 The interval covers what was paired: by text, the test sample and the importance-sampling noise of
 these two checkpoints; by seed, also the training randomness the seeds varied.
+Runs are compared only on the texts they were tested on (`test_texts_sha256` in metrics.json; runs
+from before it was recorded count as tested on the same texts): a row whose runs were tested on
+different texts is named under the table, and a difference whose two sides (the runs it uses) were
+not all tested on the same texts is the difference of the means with no interval, named not comparable.
 """
 
 from __future__ import annotations
@@ -45,6 +49,8 @@ from .runs import (  # noqa: F401  (re-exported: compare's API)
     flatten,
     load_run,
     summarize,
+    test_texts,
+    texts_digests,
 )
 
 
@@ -197,6 +203,22 @@ def commit_warning(runs: list[dict]) -> str | None:
     if any(v.endswith("+dirty") for v in versions):
         why.append("+dirty: with uncommitted changes")
     return f"runs come from {what} ({listed})" + (f"; {'; '.join(why)}" if why else "")
+
+
+def test_texts_notes(groups: list[dict]) -> list[str]:
+    """One line per row whose runs were tested on different texts (runs that do not record theirs aside)."""
+    lines = []
+    for g in groups:
+        digests = texts_digests(g["runs"])
+        if len(digests) < 2:
+            continue
+        unknown = sum(test_texts(r) is None for r in g["runs"])
+        aside = f"; {unknown} run(s) do not record it" if unknown else ""
+        lines.append(
+            f"{g['label']}: its {len(g['runs'])} runs were tested on {len(digests)} different sets of texts "
+            f"(test_texts_sha256 differ{aside}): its mean mixes test sets"
+        )
+    return lines
 
 
 def filled_in_notes(groups: list[dict]) -> list[str]:
@@ -378,7 +400,7 @@ def main(argv: list[str] | None = None) -> int:
     except (CompareError, OSError) as err:
         print(f"seqvae compare: error: {err}", file=sys.stderr)
         return 2
-    notes = [*common_settings_note(groups, args.label), *filled_in_notes(groups)]
+    notes = [*test_texts_notes(groups), *common_settings_note(groups, args.label), *filled_in_notes(groups)]
     commits = commit_warning([r for g in groups for r in g["runs"]])
     if commits:
         print(f"seqvae compare: warning: {commits}", file=sys.stderr)

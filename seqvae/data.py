@@ -346,11 +346,19 @@ class TextDataModule(pl.LightningDataModule):
     def test_dataloader(self) -> DataLoader:
         return self._loader("test", shuffle=False)
 
+    def predict_corpus(self) -> Corpus | None:
+        """The `data.predict` file, read once (None without one)."""
+        if self.hparams.predict and getattr(self, "_predict", None) is None:  # not a split: not in `corpora`
+            try:
+                self._predict = read_corpus(self.hparams.predict, None, self.hparams.label_column)
+            except CorpusError as err:
+                raise CorpusError(f"data.predict: {err}") from None
+            self._warn_label_column(self._predict, "data.predict")
+        return getattr(self, "_predict", None)
+
     def predict_dataloader(self) -> DataLoader:
         if self.hparams.predict:
-            corpus = read_corpus(self.hparams.predict, None, self.hparams.label_column)
-            self._warn_label_column(corpus, "data.predict")
-            data = [torch.tensor(x) for x in self.vocab.encode(corpus.texts)]
+            data = [torch.tensor(x) for x in self.vocab.encode(self.predict_corpus().texts)]
         elif self.hparams.test or self.hparams.train:
             data = self.split_ids("test")
         else:

@@ -57,7 +57,10 @@ def diagnose(run: Path, checkpoint: str = "best", batches: int = 3, seed: int = 
         rows["feature_abs"].append(float(h.detach().abs().mean()))
         rows["clip_factor"].append(min(1.0, clip / float(total)) if clip else 1.0)
     init = dict(fresh.named_parameters())
-    norms = {n: {"norm": float(p.norm()), "fresh_norm": float(init[n].norm()), "grad": grads[n]} for n, p in params.items()}
+    norms = {
+        n: {"norm": float(p.detach().norm()), "fresh_norm": float(init[n].detach().norm()), "grad": grads[n]}
+        for n, p in params.items()
+    }
     return {"params": norms, **{k: sum(v) / len(v) if v else float("nan") for k, v in rows.items()}}
 
 
@@ -67,6 +70,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--checkpoint", default="best", choices=["best", "last"])
     p.add_argument("--batches", type=int, default=3)
     args = p.parse_args(argv)
+    if args.batches < 1:  # 0 batches would print zero gradients, which read as "the encoder is not learning"
+        p.error(f"--batches: must be >= 1, got {args.batches}")
     d = diagnose(args.run, args.checkpoint, args.batches)
     print(f"{args.run} ({args.checkpoint}.ckpt), reconstruction-term gradients over {args.batches} training batches")
     print(f"{'parameter':34s} {'norm':>9s} {'fresh init':>10s} {'|grad|':>9s}")

@@ -10,7 +10,7 @@ import math
 import statistics
 
 from .run_files import PER_TEXT_COLUMNS
-from .runs import MISSING, CompareError, value
+from .runs import MISSING, CompareError, texts_digests, value
 
 # Metrics that get a difference to the baseline, and the per-text column of those paired by text.
 DIFF_METRICS = ("iw_nll", "neg_elbo", "kl", "mi", "mi_dataset", "au", "iw_ppl")
@@ -20,6 +20,8 @@ MC_SE = {"iw_nll": "iw_nll_se", "mi_dataset": "mi_dataset_se"}
 # A difference in JSON: diff (row − baseline), 95% bounds lo/hi, n pairs (texts, seeds) or runs, df of the
 # t quantile, by ("text", "seed", "welch" or None), why there is no interval, MC se of a one-run difference.
 DIFF_KEYS = dict.fromkeys(("diff", "lo", "hi", "n", "df", "by", "why", "mc_se", "excludes_zero"))
+# Why a difference has no interval when its two sides were not all tested on the same texts.
+OTHER_TEXTS = "tested on different texts than the baseline"
 # Two-sided 95% quantiles of Student's t, t(0.975, df), for df 1..30; beyond, the Cornish-Fisher
 # expansion around the normal quantile (its P(T < t) is off by < 1e-8 from df 31 on; tests/test_compare.py).
 T975 = (
@@ -96,17 +98,17 @@ def read_per_text(run: dict) -> tuple[dict[int, dict] | None, str]:
 
 def texts_pairing(a: dict, b: dict) -> tuple[tuple[dict, dict] | None, str]:
     """The two runs' per-text rows when they were tested on the same texts; else (None, why)."""
+    da, db = a["metrics"].get("test_texts_sha256"), b["metrics"].get("test_texts_sha256")
+    if da and db and da != db:  # said first: not comparable, per-text files or not
+        return None, f"different test texts (test_texts_sha256 {da[:12]}… vs {db[:12]}…)"
     ta, why = read_per_text(a)
     if ta is None:
         return None, why
     tb, why = read_per_text(b)
     if tb is None:
         return None, why
-    da, db = a["metrics"].get("test_texts_sha256"), b["metrics"].get("test_texts_sha256")
     if not da or not db:
         return None, f"{(a if not da else b)['path']}: metrics.json has no test_texts_sha256"
-    if da != db:
-        return None, f"different test texts (test_texts_sha256 {da[:12]}… vs {db[:12]}…)"
     if set(ta) != set(tb):
         return None, f"the per-text files have different rows ({len(ta)} vs {len(tb)} texts, {len(set(ta) ^ set(tb))} unmatched)"
     return (ta, tb), ""
@@ -136,6 +138,25 @@ def k_note(a: list[dict], b: list[dict]) -> str:
     return ""
 
 
+def texts_clash(a: list[dict], b: list[dict]) -> str:
+    """Empty when the runs of both sides that record test_texts_sha256 all record the same one (runs
+    from before it was recorded count as tested on those texts); else the digests of each side."""
+    da, db = texts_digests(a), texts_digests(b)
+    if len({*da, *db}) < 2:
+        return ""
+    return "test_texts_sha256 " + " vs ".join("/".join(f"{d[:12]}…" for d in ds) or "not recorded" for ds in (da, db))
+
+
+def not_comparable(g: dict, base: dict, clash: str) -> tuple[dict, str, str]:
+    """The differences of the rows' means, without intervals: their runs were tested on other texts."""
+    out = {}
+    for mid in DIFF_METRICS:
+        m, bm = g["stats"][mid]["mean"], base["stats"][mid]["mean"]
+        out[mid] = {"diff": None if None in (m, bm) else m - bm, "why": OTHER_TEXTS}
+    line = f"{OTHER_TEXTS}: not comparable ({clash}); difference of the means, no interval"
+    return out, MISSING, line + k_note(g["runs"], base["runs"])
+
+
 def differences(g: dict, base: dict) -> tuple[dict, str, str]:
     """({metric id: difference}, short pairing for the table, what was paired and n: one line after "ROW: ")."""
     blabel = base["label"]
@@ -144,6 +165,9 @@ def differences(g: dict, base: dict) -> tuple[dict, str, str]:
     common = sorted(set(rmap) & set(bmap))
     out: dict[str, dict] = {}
     if len(rows) > 1 and len(brows) > 1 and len(common) > 1:
+        clash = texts_clash([rmap[s] for s in common], [bmap[s] for s in common])
+        if clash:
+            return not_comparable(g, base, clash)
         for mid in DIFF_METRICS:
             pairs = [(value(rmap[s], mid), value(bmap[s], mid)) for s in common]
             d = [x - y for x, y in pairs if x is not None and y is not None]
@@ -156,6 +180,9 @@ def differences(g: dict, base: dict) -> tuple[dict, str, str]:
         line = f"paired by seed with {blabel}, seeds {seeds_text(common)} (n = {n}, t(0.975, {n - 1}) = {t975(n - 1):.3f}){extra}"
         return out, f"seed, n={n}", line + k_note(rows, brows)
     if len(rows) > 1 and len(brows) > 1:
+        clash = texts_clash(rows, brows)
+        if clash:
+            return not_comparable(g, base, clash)
         for mid in DIFF_METRICS:
             a = [v for v in (value(r, mid) for r in rows) if v is not None]
             b = [v for v in (value(r, mid) for r in brows) if v is not None]
@@ -175,6 +202,9 @@ def differences(g: dict, base: dict) -> tuple[dict, str, str]:
     else:
         pair = None
     if pair is None:
+        clash = texts_clash(rows, brows)
+        if clash:
+            return not_comparable(g, base, clash)
         for mid in DIFF_METRICS:
             m, bm = g["stats"][mid]["mean"], base["stats"][mid]["mean"]
             out[mid] = {"diff": None if None in (m, bm) else m - bm, "why": "no pairing"}
@@ -185,6 +215,10 @@ def differences(g: dict, base: dict) -> tuple[dict, str, str]:
     a, b = pair
     which = f"seed {a['seed']}" if a["seed"] is not None else a["path"].name
     bwhich = f"seed {b['seed']}" if b["seed"] is not None else b["path"].name
+    # the row's other runs (a row of several against one baseline run) are not in its difference
+    others = [str(r["seed"]) if r["seed"] is not None else r["path"].name for r in rows if r is not a]
+    left_out = (f"; {len(others)} run(s) without a partner of the same seed left out "
+                f"(seed{'s' * (len(others) > 1)} {', '.join(others)})") if others else ""  # fmt: skip
     texts, why = texts_pairing(a, b)
     for mid in DIFF_METRICS:
         va, vb = value(a, mid), value(b, mid)
@@ -210,7 +244,7 @@ def differences(g: dict, base: dict) -> tuple[dict, str, str]:
     else:
         line = f"{head}: not paired by text ({why}); one run per side: differences only, n/a"
         short = "one run each"
-    return out, short, line + k_note([a], [b])
+    return out, short, line + left_out + k_note([a], [b])
 
 
 def diff_cell(d: dict | None, digits: int) -> str:

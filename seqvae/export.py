@@ -47,6 +47,11 @@ def main(argv: list[str] | None = None) -> int:
     if not (args.run / "metrics.json").is_file():
         print(f"seqvae export: error: {args.run}: not a finished run (no metrics.json)", file=sys.stderr)
         return 2
+    held = args.dest / "metrics.json"
+    if held.is_file() and held.read_bytes() != (args.run / "metrics.json").read_bytes():
+        # Results already written are not replaced without a word: they may be committed ones.
+        print(f"seqvae export: error: {args.dest} holds another run's results: remove them or export elsewhere", file=sys.stderr)
+        return 2
     points = export_run(args.run, args.dest)
     print(f"exported {args.run} -> {args.dest} ({points} validation points)")
     return 0

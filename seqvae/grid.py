@@ -198,6 +198,8 @@ def _cells(grid) -> list[Cell]:
     seeds = grid["seeds"]
     if not isinstance(seeds, list) or not all(isinstance(s, int) and not isinstance(s, bool) for s in seeds):
         raise GridError("seeds: expected a list of integers")
+    if any(not 0 <= s < 2**32 for s in seeds):  # Lightning's seed_everything range
+        raise GridError(f"seeds: each must be in [0, 2**32 - 1], got {[s for s in seeds if not 0 <= s < 2**32]}")
     if len(set(seeds)) < len(seeds):
         raise GridError("seeds: repeated seed")
     if not isinstance(grid["variants"], list):

@@ -145,6 +145,17 @@ def find_runs(patterns: list[str], option: str | None = None) -> list[dict]:
     return runs
 
 
+def test_texts(run: dict) -> str | None:
+    """The run's `test_texts_sha256` (what it was tested on); None for runs from before it was recorded."""
+    digest = run["metrics"].get("test_texts_sha256")
+    return digest if isinstance(digest, str) and digest else None
+
+
+def texts_digests(runs: list[dict]) -> list[str]:
+    """The distinct test text digests of the runs that record one, sorted."""
+    return sorted({d for d in map(test_texts, runs) if d})
+
+
 def value(run: dict, mid: str) -> float | None:
     v = run["metrics"].get(KEY[mid])
     if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v):

@@ -359,6 +359,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--status", action="store_true", help="run nothing; print each cell's state, epoch, last metric and job")
     executors.add_arguments(parser)
     args = parser.parse_args(argv)
+    if args.jobs is not None and args.jobs < 1:
+        parser.error(f"--jobs: must be >= 1, got {args.jobs}")
     try:
         cells = select(load_grid(args.grid), args.variants, args.seeds)
         overrides = executors.slurm_overrides(args)

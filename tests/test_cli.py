@@ -248,6 +248,7 @@ BAD_INPUTS = {
     "invalid_pooling": (["--model.pooling", "nosuch"], ["model.pooling", "nosuch"]),
     "line_range_past_eof": (["--data.train_lines", "1-1000"], ["data.train", "{train}", "1-1000", "100 lines"]),
     "missing_checkpoint": (["--ckpt_path", "{missing}"], ["ckpt_path", "no such checkpoint file", "{missing}"]),
+    "negative_seed": (["--seed_everything", "-2"], ["seed_everything: must be in [0, 2**32 - 1], got -2"]),
     "yaml_syntax_error": (["--config", "{bad_yaml}"], ["--config {bad_yaml}:3:", "not valid YAML"]),
     # every line longer than max_length: the error says so, not "no non-empty lines"
     "max_length_drops_every_line": (["--data.max_length", "1"], ["data.train", "data.max_length=1", "100 longer lines"]),
@@ -349,6 +350,15 @@ def build_jobs(tmp: Path, corpus: dict[str, Path]) -> Jobs:
         return moved, seqvae(["fit", *args, "--ckpt_path", moved / "checkpoints" / "last.ckpt"], cwd)
 
     specs["resume_moved_run"] = resume_moved_run
+
+    def test_beside_finished_run():  # a run's config.yaml naming its fixed version, as a sweep cell's does
+        run = jobs.result("crlf").ok().wrote.parent
+        before = files(run)
+        fixed = ["--trainer.logger.init_args.version", run.name]
+        result = seqvae(["test", "--config", run / "config.yaml", *fixed, "--ckpt_path", run / "checkpoints" / "best.ckpt"], cwd)
+        return run, before, result, files(run)
+
+    specs["test_beside_finished_run"] = test_beside_finished_run
 
     def resume_with_other_vocabulary():  # the main run's checkpoint, a vocabulary cut to 10 words
         run = run_dir()
@@ -543,6 +553,15 @@ def test_fit_into_a_finished_run_is_refused_and_changes_nothing(jobs):
     run, before, result, after = jobs.result("refit_finished_run")
     assert_one_error_line(result, ["trainer.logger.init_args.version", f"{run} already holds a run", "--ckpt_path"])
     assert after == before  # no new events file, no checkpoint or metrics touched
+
+
+@needs("test_beside_finished_run")
+def test_testing_a_fixed_version_run_writes_beside_it(jobs):
+    run, before, result, after = jobs.result("test_beside_finished_run")
+    result.ok()
+    assert f"seqvae: {run} holds a finished run: this test writes to a new version_N beside it" in result.stderr
+    assert result.wrote.parent.parent == run.parent and result.wrote.parent != run
+    assert after == before  # the finished run is untouched: no events file, no metrics-2.json
 
 
 @needs("resume_moved_run")

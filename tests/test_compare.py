@@ -642,6 +642,106 @@ def test_unpaired_welch_when_no_seed_is_shared(tmp_path, capsys):
     assert doc["pairings"] == ["w: not paired (no seed in common): unpaired Welch interval, 4 vs 3 runs (df rounded down)"]
 
 
+def set_texts(root: Path, variant: str, digests: dict[int, str]) -> None:
+    """Records test_texts_sha256 (seed -> digest) in the runs' metrics.json."""
+    for seed, digest in digests.items():
+        path = root / "yahoo" / variant / f"seed{seed}" / "metrics.json"
+        path.write_text(json.dumps(json.loads(path.read_text()) | {"test_texts_sha256": digest}))
+
+
+A64, B64 = "a" * 64, "b" * 64
+
+
+def test_a_row_tested_on_different_texts_is_named(tmp_path, capsys):
+    diff_runs(tmp_path, "max", {1: 139.0, 2: 143.0}, latent_dim=8)
+    set_texts(tmp_path, "max", {1: A64, 2: B64})
+    diff_runs(tmp_path, "last", {1: 120.0, 2: 121.0, 3: 122.0}, latent_dim=16)
+    set_texts(tmp_path, "last", {1: A64, 2: A64})  # seed 3 from before the digest was recorded: no warning
+    rc, out, err = run_compare(capsys, f"{tmp_path}/yahoo/*/seed*", "--label", "dir")
+    assert rc == 0 and err == ""
+    lines = out.splitlines()
+    assert lines[3].startswith("| max | 2 | 141.00 ± 2.83 |")
+    assert lines[4:] == [
+        "",
+        "- max: its 2 runs were tested on 2 different sets of texts (test_texts_sha256 differ): its mean mixes test sets",
+    ]
+    diff_runs(tmp_path, "max", {3: 141.0}, latent_dim=8)  # one more run that does not record its texts
+    rc, out, _ = run_compare(capsys, f"{tmp_path}/yahoo/*/seed*", "--label", "dir", "--format", "json")
+    assert json.loads(out)["warnings"] == [
+        "max: its 3 runs were tested on 2 different sets of texts (test_texts_sha256 differ; 1 run(s) do not record it): "
+        "its mean mixes test sets"
+    ]
+
+
+def test_a_difference_to_runs_tested_on_other_texts_has_no_interval(tmp_path, capsys):
+    diff_runs(tmp_path, "base", {1: 100.0, 2: 101.0, 3: 103.0}, latent_dim=8)
+    set_texts(tmp_path, "base", {1: A64, 2: A64, 3: A64})
+    diff_runs(tmp_path, "same", {1: 102.0, 2: 104.0, 3: 104.0}, latent_dim=16)  # d = 2, 3, 1 as in test_baseline_paired_by_seed
+    set_texts(tmp_path, "same", {1: A64, 2: A64})  # seed 3 does not record its texts: taken as the same
+    diff_runs(tmp_path, "other", {1: 115.0, 2: 117.0, 3: 120.0}, latent_dim=32)
+    set_texts(tmp_path, "other", {1: B64, 2: B64, 3: B64})
+    diff_runs(tmp_path, "welch", {4: 110.0, 5: 112.0}, latent_dim=64)  # no seed in common: would be Welch
+    set_texts(tmp_path, "welch", {4: B64, 5: B64})
+    rc, out, err = vs_base(capsys, tmp_path)
+    assert rc == 0 and err == ""
+    rows = md_rows(out)
+    assert rows["same"][:3] == ["3", "seed, n=3", "+2.00 [-0.48, +4.48]"]
+    assert rows["other"][:4] == ["3", "–", "+16.00 (n/a)", "+16.00 (n/a)"]  # 117.33 − 101.33; no interval
+    assert rows["welch"][:3] == ["2", "–", "+9.67 (n/a)"]
+    assert out.splitlines()[-2:] == [
+        "- other, welch: tested on different texts than the baseline: not comparable "
+        "(test_texts_sha256 bbbbbbbbbbbb… vs aaaaaaaaaaaa…); difference of the means, no interval",
+        "- same: paired by seed with base, seeds 1, 2, 3 (n = 3, t(0.975, 2) = 4.303)",
+    ]
+    rc, out, _ = vs_base(capsys, tmp_path, "--format", "json")
+    other = next(r for r in json.loads(out)["rows"] if r["label"] == "other")
+    assert other["paired_by"] == "–" and other["difference"]["iw_nll"] == {
+        **compare.DIFF_KEYS, "diff": pytest.approx(16.0), "why": "tested on different texts than the baseline"
+    }  # fmt: skip
+    # a baseline whose own runs mix test sets: no difference to it has an interval, and the row is named
+    set_texts(tmp_path, "base", {3: B64})
+    rc, out, _ = vs_base(capsys, tmp_path)
+    assert md_rows(out)["same"][:3] == ["3", "–", "+2.00 (n/a)"]
+    assert out.splitlines()[-4:] == [
+        "",
+        "- other, welch: tested on different texts than the baseline: not comparable "
+        "(test_texts_sha256 bbbbbbbbbbbb… vs aaaaaaaaaaaa…/bbbbbbbbbbbb…); difference of the means, no interval",
+        "- same: tested on different texts than the baseline: not comparable "
+        "(test_texts_sha256 aaaaaaaaaaaa… vs aaaaaaaaaaaa…/bbbbbbbbbbbb…); difference of the means, no interval",
+        "- base: its 3 runs were tested on 2 different sets of texts (test_texts_sha256 differ): its mean mixes test sets",
+    ]
+
+
+def test_a_row_of_several_runs_against_one_baseline_run_names_the_runs_left_out(tmp_path, capsys):
+    diff_runs(tmp_path, "base", {1: 100.0}, latent_dim=8)
+    diff_runs(tmp_path, "max", {1: 102.0, 2: 110.0, 3: 111.0}, latent_dim=16)
+    rc, out, err = vs_base(capsys, tmp_path)
+    assert rc == 0 and err == ""
+    assert md_rows(out)["max"][:3] == ["3", "one run each", "+2.00 (n/a)"]  # seed 1 against seed 1
+    assert out.splitlines()[-1] == (
+        f"- max: seed 1 vs base seed 1: not paired by text ({tmp_path}/yahoo/max/seed1 has no per-text file); "
+        "one run per side: differences only, n/a; 2 run(s) without a partner of the same seed left out (seeds 2, 3)"
+    )
+    # different test texts are said before a missing per-text file
+    set_texts(tmp_path, "base", {1: A64})
+    set_texts(tmp_path, "max", {1: B64})
+    rc, out, _ = vs_base(capsys, tmp_path)
+    assert out.splitlines()[-1] == (
+        "- max: seed 1 vs base seed 1: not paired by text (different test texts (test_texts_sha256 bbbbbbbbbbbb… vs "
+        "aaaaaaaaaaaa…)); one run per side: differences only, n/a; 2 run(s) without a partner of the same seed left out "
+        "(seeds 2, 3)"
+    )
+    # one run against a baseline of several: the baseline row shows all of them; the line is as before
+    shutil.rmtree(tmp_path / "yahoo")
+    diff_runs(tmp_path, "base", {1: 100.0, 2: 101.0, 3: 103.0}, latent_dim=8)
+    diff_runs(tmp_path, "one", {2: 110.0}, latent_dim=16)
+    rc, out, _ = vs_base(capsys, tmp_path)
+    assert out.splitlines()[-1] == (
+        f"- one: seed 2 vs base seed 2: not paired by text ({tmp_path}/yahoo/one/seed2 has no per-text file); "
+        "one run per side: differences only, n/a"
+    )
+
+
 def test_commit_warning_is_one_line(tmp_path, capsys):
     def prov(commit, dirty=False):
         return {"git_commit": commit, "git_dirty": dirty}

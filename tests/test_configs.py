@@ -14,6 +14,7 @@ import torch
 from test_model import write_corpus
 
 from seqvae.cli import SeqVAECLI
+from seqvae.corpus import CorpusError
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 VARIANTS = sorted(p.stem for p in (CONFIGS / "yahoo10k").glob("*.yaml") if not p.stem.startswith("base"))
@@ -155,6 +156,11 @@ def test_predict_writes_one_reconstruction_per_input_line_in_order(tiny, tmp_pat
     finally:
         generation.decode = real_decode
     assert predicted == [11 + 2 + 20] and lengths == [11 + 2 + 20, 100, 100]
+    # a missing input file: one line naming the option, and no new run directory
+    runs = sorted((tmp_path / "demo").iterdir())
+    with pytest.raises(CorpusError, match=r"^data\.predict: .*nofile\.txt: no such file$"):
+        SeqVAECLI(args=["predict", *common, f"--data.predict={tmp_path / 'nofile.txt'}", f"--ckpt_path={ckpt}"])
+    assert sorted((tmp_path / "demo").iterdir()) == runs
 
 
 def test_export_and_compare_round_trip(tiny, tmp_path, capsys):
@@ -181,6 +187,16 @@ def test_export_and_compare_round_trip(tiny, tmp_path, capsys):
     assert len(rows) == 1 and rows[0]["n"] == 1
     assert rows[0]["iw_nll"]["mean"] == pytest.approx(metrics["test/iw_nll"])
     assert rows[0]["neg_elbo"]["mean"] == pytest.approx(metrics["test/loss"])
+    # another run's export over this one is refused, and it stays whole; the same run again is fine
+    SeqVAECLI(args=["fit", *args])
+    before = {p.name: p.read_bytes() for p in exported.iterdir()}
+    with pytest.raises(SystemExit) as done:
+        main(["export", str(tmp_path / "demo" / "version_1"), str(exported)])
+    assert done.value.code == 2 and f"{exported} holds another run's results" in capsys.readouterr().err
+    assert {p.name: p.read_bytes() for p in exported.iterdir()} == before
+    with pytest.raises(SystemExit) as done:
+        main(["export", str(run), str(exported)])
+    assert done.value.code == 0
 
 
 def test_predict_generation_modes(tiny, tmp_path, capsys):
@@ -293,6 +309,9 @@ def test_encoder_diagnostics_on_a_trained_run(tiny, tmp_path, capsys):
         main(["diagnose", str(run), "--batches", "1"])
     assert done.value.code == 0
     assert "encoder features: mean |h|" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as done:  # 0 batches would print zero gradients: "not learning"
+        main(["diagnose", str(run), "--batches", "0"])
+    assert done.value.code == 2 and "--batches: must be >= 1, got 0" in capsys.readouterr().err
     with pytest.raises(SystemExit, match="no such checkpoint"):
         tool.diagnose(tmp_path / "nope")
 

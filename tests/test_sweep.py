@@ -137,6 +137,7 @@ BAD_GRIDS = [
     ({k: v for k, v in grid().items() if k != "seeds"}, "seeds: missing"),
     (grid(seeds=[1, "two"]), "seeds: expected a list of integers"),
     (grid(seeds=[1, 1]), "seeds: repeated seed"),
+    (grid(seeds=[1, -2]), "seeds: each must be in [0, 2**32 - 1], got [-2]"),
     (grid(configs=["configs/nope.yaml"]), "configs[0]: no such file configs/nope.yaml"),
     (grid(configs=DEMO), "configs: expected a list of config file paths"),
     (grid(overrides=["trainer.max_epochs=2"]), "overrides: expected a mapping of dotted keys to values (model.pooling: max)"),
@@ -352,6 +353,14 @@ time.sleep(1.0)
 (run / "times.json").write_text(json.dumps([began, time.time()]))
 (run / "metrics.json").write_text(json.dumps({"test/iw_nll": 1.0}))
 """
+
+
+def test_jobs_below_one_is_refused(in_repo, tmp_path, capsys):
+    path = write_grid(tmp_path / "grid.yaml", grid(root=str(tmp_path / "runs"), seeds=[1]))
+    with pytest.raises(SystemExit) as done:
+        sweep.main([str(path), "--jobs", "0"])
+    assert done.value.code == 2 and "--jobs: must be >= 1, got 0" in capsys.readouterr().err
+    assert not (tmp_path / "runs").exists()
 
 
 def test_jobs_run_cells_side_by_side_and_needs_wait(in_repo, tmp_path, capsys, monkeypatch):
