@@ -161,12 +161,13 @@ def choose_splits(names: list[str], pattern: str, url: str) -> dict[str, str]:
                 listed = ", ".join(f"{f}/" for f in best)
                 raise Failure(f"archive {url} holds several corpora ({listed}); add #DIR to --url to pick one")
             return found[best[0]]
-    # Name what is missing where the release's files are (or would be).
-    have = {f: sum(c[0] in files for c in candidates.values()) for f, files in by_dir.items()}
+    # Name the splits missing from the folder that holds the most of them, with every name each may have.
+    have = {f: sum(any(n in files for n in c) for c in candidates.values()) for f, files in by_dir.items()}
     folder = max(have, key=lambda f: (have[f], -len(f)), default="")
-    missing = [c[0] for c in candidates.values() if c[0] not in by_dir.get(folder, set())]
+    files = by_dir.get(folder, set())
+    missing = ["none of " + ", ".join(c) for c in candidates.values() if not any(n in files for n in c)]
     where = f" in {folder}/" if folder else ""
-    raise Failure(f"archive {url} has no {', '.join(missing)}{where} (nor train.txt, valid.txt/dev.txt, test.txt in one folder)")
+    raise Failure(f"archive {url} has{where} {'; '.join(missing)}")
 
 
 def _unpack(archive: Path, url: str, pattern: str, out: Path) -> None:

@@ -325,6 +325,14 @@ def test_archive_of_several_corpora_needs_a_folder(tmp_path, capsys):
     assert_one_error(err, "has no folder 'data/nope'")
 
 
+def test_archive_missing_one_split_names_that_split_only(tmp_path, capsys):
+    files = {"data/train.txt": GENERIC["train.txt"], "data/dev.txt": GENERIC["valid.txt"]}
+    rc, _, err = run(capsys, "ptb", "--dest", tmp_path / "d", "--url", tar_gz(tmp_path / "a.tar.gz", files))
+    assert rc == 1
+    assert_one_error(err, "has in data/ none of ptb.test.txt, test.txt")
+    assert "train" not in err.split("has in data/")[1]  # what is there is not listed as missing
+
+
 def test_folder_of_generic_files(tmp_path, capsys):
     src = tmp_path / "src"
     src.mkdir()
