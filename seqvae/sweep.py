@@ -32,7 +32,10 @@ files) for `seqvae compare --plots`. At the end the compare table of the finishe
 `--executor slurm` submits each cell as a submitit job instead, `submitit-local` as a local
 submitit job (seqvae/executors.py); skipping, resuming, `needs`, export and the table stay the
 same. `--status` prints each cell's state, epoch, last metric and job (sweep.job, sweep.run).
-Exit status: 0 when every cell finished, 1 when one failed or was blocked, 2 for a bad grid file.
+Ctrl-C or `kill PID` of the sweep stops its cells cleanly (SIGINT; each keeps its last
+checkpoint and shows as interrupted in `--status`), never leaving them running orphaned.
+Exit status: 0 when every cell finished, 1 when one failed or was blocked, 2 for a bad grid file,
+130 when interrupted.
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ import collections
 import os
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -107,6 +111,15 @@ def max_epochs(run_dir: Path) -> int | None:
         return None
 
 
+# The cells' processes while they run, and whether the sweep was interrupted: an interruption
+# reaches the main thread only (KeyboardInterrupt, or SIGTERM turned into one), which passes it on
+# to the cells (LocalRunner.stop); the threads that follow them then record "interrupted".
+_LIVE: set[subprocess.Popen] = set()
+_STOPPING = threading.Event()
+GRACE_SECONDS = 10  # for a cell to stop on the SIGINT a terminal's Ctrl-C already sent it
+STOP_SECONDS = 120  # for a cell to stop after the SIGINT the sweep sends; then it is killed
+
+
 def run_cell(cell: Cell, one_thread: bool = False) -> tuple[int, list[str]]:
     """Runs one `seqvae fit`; its output goes to sweep.log. Returns (exit status, stderr tail).
     `one_thread`: cells run side by side, so each gets one torch thread unless OMP_NUM_THREADS
@@ -124,6 +137,7 @@ def run_cell(cell: Cell, one_thread: bool = False) -> tuple[int, list[str]]:
         proc = subprocess.Popen(
             fit_command(args), stdout=log, stderr=subprocess.PIPE, env=env, encoding="utf-8", errors="replace"
         )
+        _LIVE.add(proc)
         info = {"executor": "local", "job_id": str(proc.pid), "host": executors.socket.gethostname()}
         executors.write_json(cell.run_dir / executors.JOB_FILE, {**info, "pid_start": executors.proc_start(proc.pid)})
         executors.mark_started(cell.run_dir, str(proc.pid), proc.pid)
@@ -156,7 +170,9 @@ def run_cell(cell: Cell, one_thread: bool = False) -> tuple[int, list[str]]:
             raise
         finally:
             reader.join(timeout=10)
-    executors.mark_ended(cell.run_dir, proc.returncode)
+            _LIVE.discard(proc)
+    # --status: a cell stopped by the sweep's interruption is resumable, not failed
+    executors.mark_ended(cell.run_dir, "interrupted" if _STOPPING.is_set() else proc.returncode)
     return proc.returncode, list(tail)
 
 
@@ -170,7 +186,21 @@ class LocalRunner:
         return None  # a local cell lives only as long as the sweep that runs it
 
     def stop(self) -> None:
-        pass
+        """The sweep was interrupted: each cell gets SIGINT (unless it already stopped on the one
+        a terminal sends the whole process group), Lightning's clean stop; its last checkpoint
+        stays, so rerunning the sweep resumes it. A cell that does not stop is killed."""
+        _STOPPING.set()
+        deadline = time.monotonic() + GRACE_SECONDS
+        for proc in list(_LIVE):
+            try:
+                proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                proc.send_signal(signal.SIGINT)
+        for proc in list(_LIVE):
+            try:
+                proc.wait(timeout=STOP_SECONDS)
+            except subprocess.TimeoutExpired:
+                proc.kill()
 
 
 def write_curves(run_dir: Path) -> None:
@@ -385,11 +415,21 @@ def main(argv: list[str] | None = None) -> int:
         folder = cells[0].run_dir.parents[1] / ".submitit"  # submitit's pickles and logs: <root>/.submitit/<job id>_*
         runner = executors.SubmititRunner(args.executor, folder, overrides, fit_command, say)
         jobs = args.jobs or (len(cells) if args.executor == "slurm" else 1)
+
+    def terminate(signum, frame):  # `kill PID` of the sweep: stop like Ctrl-C, not orphan the cells
+        raise KeyboardInterrupt
+
+    main_thread = threading.current_thread() is threading.main_thread()  # where signal handlers may be set
+    previous = signal.signal(signal.SIGTERM, terminate) if main_thread else None
+    _STOPPING.clear()
     try:
         failed = run_grid(cells, max(1, jobs), runner)
     except KeyboardInterrupt:
         say(f"interrupted{'; submitted jobs go on' if args.executor == 'slurm' else ''}; rerun the same command to resume")
         return 130
+    finally:
+        if main_thread:
+            signal.signal(signal.SIGTERM, previous)
     code = compare_cells(cells, args.format, args.plots)
     return 1 if failed or code else 0
 

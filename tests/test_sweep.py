@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import re
 import shutil
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -353,6 +355,47 @@ time.sleep(1.0)
 (run / "times.json").write_text(json.dumps([began, time.time()]))
 (run / "metrics.json").write_text(json.dumps({"test/iw_nll": 1.0}))
 """
+
+
+SLOW_FIT = """
+import signal, sys, time
+from pathlib import Path
+a = sys.argv[1:]
+value = lambda key: a[a.index(key) + 1]
+logger = "--trainer.logger.init_args."
+run = Path(value(logger + "save_dir")) / value(logger + "name") / value(logger + "version")
+def stop(signum, frame):
+    (run / "stopped_by").write_text(signal.Signals(signum).name)
+    sys.exit(130)
+signal.signal(signal.SIGINT, stop)
+(run / "started").write_text("")
+time.sleep(60)
+"""
+
+
+def test_sigterm_stops_the_cells_and_marks_them_interrupted(in_repo, tmp_path, capsys, monkeypatch):
+    import signal
+    import threading
+
+    monkeypatch.setattr(sweep, "fit_command", lambda args: [sys.executable, "-c", SLOW_FIT, *args])
+    monkeypatch.setattr(sweep, "GRACE_SECONDS", 0.5)
+    root = tmp_path / "runs"
+    path = write_grid(tmp_path / "grid.yaml", grid(root=str(root), seeds=[1]))
+    cells = [root / v / "seed1" for v in ("last", "max")]
+
+    def kill_the_sweep():  # `kill PID` of the sweep alone, once both cells run
+        deadline = time.time() + 30
+        while not all((c / "started").exists() for c in cells) and time.time() < deadline:
+            time.sleep(0.05)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=kill_the_sweep, daemon=True).start()
+    assert sweep.main([str(path), "--jobs", "2"]) == 130
+    assert "interrupted; rerun the same command to resume" in capsys.readouterr().err
+    for c in cells:
+        assert (c / "stopped_by").read_text() == "SIGINT"  # passed on: no orphaned fit
+        assert json.loads((c / "sweep.run").read_text())["exit"] == "interrupted"
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # the sweep's handler is gone
 
 
 def test_jobs_below_one_is_refused(in_repo, tmp_path, capsys):
