@@ -176,6 +176,13 @@ def _facts():
          [m("yahoo10k_init/freebits_max_reference_init/seed1", "test/iw_nll"), m("yahoo10k_init/freebits_max_pytorch_init/seed1", "test/iw_nll")]),
         ("(μ EV1 {:.2f}, against {:.2f} for seed 1 of the encoding start)",
          [m("yahoo10k_init/freebits_max_reference_init/seed1", "test/mu_ev1"), m("yahoo10k_init/freebits_max_pytorch_init/seed1", "test/mu_ev1")]),
+        # encoder 256, PyTorch init
+        ("KL {:.2f} and {:.2f} (`last`, seeds 1, 2), {:.2f} and {:.2f} (`max`)",
+         [m(f"yahoo10k_encoder_width/{v}_pytorch_init/seed{s}", "test/kl") for v in ("last", "max") for s in (1, 2)]),
+        ("The per-seed IW-NLL differences change sign: {:.2f} on seed 1 and +{:.2f} on seed 2",
+         [m(f"yahoo10k_encoder_width/max_pytorch_init/seed{s}", "test/iw_nll") - m(f"yahoo10k_encoder_width/last_pytorch_init/seed{s}", "test/iw_nll") for s in (1, 2)]),
+        ("cosine {:.2f} and {:.2f} against {:.2f} and {:.2f} (no interval)",
+         [m(f"yahoo10k_encoder_width/{v}_pytorch_init/seed{s}", "test/feature_cos") for v in ("max", "last") for s in (1, 2)]),
         # last vs max
         ("Max-pooled test feature cosine is {:.5f}", [m("yahoo10k/max/seed1", "test/feature_cos")]),
         ("IW-NLL is {:.2f} (max) vs {:.2f} (last)", [m("yahoo10k/max/seed1", "test/iw_nll"), m("yahoo10k/last/seed1", "test/iw_nll")]),
