@@ -383,17 +383,20 @@ def build_jobs(tmp: Path, corpus: dict[str, Path]) -> Jobs:
     ddp_args = [
         *base_args(corpus, ddp_save), "--trainer.strategy", "ddp", "--trainer.devices", "2", "--trainer.accelerator", "cpu",
         "--periodic_checkpoint.every_n_batches", "2", "--model.val_iw_samples", "2",
+        # a fixed version, as a sweep cell's: rank 1 must not take rank 0's new run for a finished one
+        "--trainer.logger.init_args.version", "seed1",
     ]  # fmt: skip
     specs["ddp_fit"] = lambda: seqvae(["fit", *ddp_args], cwd, urgent=True)
 
     def ddp_single_test():
         jobs.result("ddp_fit").ok()
-        run = ddp_save / "demo" / "version_0"
+        run = ddp_save / "demo" / "seed1"
         single = ["--trainer.strategy", "auto", "--trainer.devices", "1"]
         return seqvae(["test", "--config", run / "config.yaml", "--ckpt_path", run / "checkpoints" / "best.ckpt", *single], cwd)
 
     specs["ddp_single_test"] = ddp_single_test
-    specs["ddp_aggressive"] = lambda: seqvae(["fit", *ddp_args, "--model.aggressive", "seqvae.AggressiveTraining"], cwd)
+    aggressive = ["--model.aggressive", "seqvae.AggressiveTraining", "--trainer.logger.init_args.version", "aggressive"]
+    specs["ddp_aggressive"] = lambda: seqvae(["fit", *ddp_args, *aggressive], cwd)
     return jobs
 
 
