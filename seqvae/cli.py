@@ -408,6 +408,34 @@ def check_config_files(argv: list[str]) -> None:
             raise ConfigError(f"--config {path}{where}: not valid YAML ({getattr(err, 'problem', None) or err})") from None
 
 
+class _Parsed(Exception):
+    """Stops `parse_only` once the arguments are parsed, before anything is built."""
+
+
+class _ParseOnly(SeqVAECLI):
+    def _set_seed(self):  # no global seeding in the caller's process
+        pass
+
+    def before_instantiate_classes(self):
+        raise _Parsed
+
+
+def parse_only(fit_args: list[str]) -> str | None:
+    """`seqvae fit` arguments parsed as the CLI parses them (config files, unknown keys, wrong
+    types and choices) without building the model or reading data: the one-line error, or None.
+    Out-of-range values are found only when the model is built."""
+    try:
+        check_config_files(fit_args)
+        with warnings.catch_warnings():  # Lightning's note that the caller's own sys.argv is ignored: it is meant to be
+            warnings.filterwarnings("ignore", message="LightningCLI's args parameter is intended")
+            _ParseOnly(args=["fit", *fit_args])
+    except _Parsed:
+        return None
+    except (CorpusError, ArgumentError, ConfigError) as err:
+        return " ".join(str(err).split())
+    return None
+
+
 def run_lightning(argv: list[str] | None = None) -> None:
     """fit/validate/test/predict (`seqvae.commands.main` sends everything else elsewhere)."""
     reuse_freed_memory()  # a third less CPU time per training step on glibc (seqvae/allocator.py)

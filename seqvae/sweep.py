@@ -347,6 +347,21 @@ def run_grid(cells: list[Cell], jobs: int = 1, runner=None) -> list[Cell]:
     return failed
 
 
+def check_variants(cells: list[Cell]) -> None:
+    """Each variant's `seqvae fit` arguments (one seed's: the seeds differ only in the seed),
+    parsed as the CLI parses them before any cell runs: a typo in a grid's overrides stops the
+    sweep in one line, instead of failing every cell of the variant in turn. Reads no data."""
+    from .cli import parse_only  # torch and Lightning: only when cells are about to run
+
+    checked = set()
+    for cell in cells:
+        if cell.variant not in checked and cell.state() != "finished":
+            checked.add(cell.variant)
+            error = parse_only(cell.args)
+            if error:
+                raise GridError(f"variant {cell.variant}: {error}")
+
+
 def dry_run(cells: list[Cell]) -> None:
     rerun = needed_again(cells)
     for cell in cells:
@@ -397,6 +412,12 @@ def main(argv: list[str] | None = None) -> int:
     except GridError as err:
         print(f"seqvae sweep: error: {err}", file=sys.stderr)
         return 2
+    if not (args.compare or args.status):
+        try:
+            check_variants(cells)
+        except GridError as err:
+            print(f"seqvae sweep: error: {args.grid}: {err}", file=sys.stderr)
+            return 2
     if args.dry_run:
         dry_run(cells)
         return 0

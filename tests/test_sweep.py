@@ -398,6 +398,25 @@ def test_sigterm_stops_the_cells_and_marks_them_interrupted(in_repo, tmp_path, c
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # the sweep's handler is gone
 
 
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        ({"model.poolng": "max"}, "variant bad: unrecognized arguments: --model.poolng max"),
+        ({"model.pooling": "maxx"}, 'variant bad: Parser key "model.pooling": Expected a typing.Literal'),
+    ],
+)
+def test_a_variant_the_cli_refuses_stops_the_sweep_before_any_cell(in_repo, tmp_path, capsys, monkeypatch, overrides, message):
+    started = []
+    monkeypatch.setattr(sweep, "fit_command", lambda args: started.append(args) or [sys.executable, "-c", FAKE_FIT, *args])
+    variants = [{"name": "good", "overrides": {"model.pooling": "max"}}, {"name": "bad", "overrides": overrides}]
+    path = write_grid(tmp_path / "grid.yaml", grid(root=str(tmp_path / "runs"), seeds=[1], variants=variants))
+    for dry in ([], ["--dry-run"]):
+        assert sweep.main([str(path), *dry]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert err[-1].startswith(f"seqvae sweep: error: {path}: {message}"), err
+    assert not started and not (tmp_path / "runs").exists()  # not the good variant either
+
+
 def test_jobs_below_one_is_refused(in_repo, tmp_path, capsys):
     path = write_grid(tmp_path / "grid.yaml", grid(root=str(tmp_path / "runs"), seeds=[1]))
     with pytest.raises(SystemExit) as done:
