@@ -154,6 +154,7 @@ elif "--ckpt_path" not in a and "--finish" not in a:
 
 def fake(monkeypatch):
     monkeypatch.setattr(sweep, "fit_command", lambda args: [sys.executable, "-c", FAKE_FIT, *args])
+    monkeypatch.setattr(sweep, "check_variants", lambda cells: None)  # the fake fit takes options `seqvae fit` does not
 
 
 @pytest.fixture(params=["sigint default", "sigint ignored"])
