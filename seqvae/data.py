@@ -228,6 +228,7 @@ class TextDataModule(pl.LightningDataModule):
         if seed is None:
             self.hparams.seed = run_seed()
         self.corpora: dict[str, Corpus] = {}  # the splits read so far
+        self._predict: Corpus | None = None  # the data.predict file, once read (not a split)
         self._label_warned: set[str] = set()  # files warned about (train, val and test may share one)
         self.ids: dict[str, list[torch.Tensor]] = {}
         if vocab is not None:
@@ -348,13 +349,13 @@ class TextDataModule(pl.LightningDataModule):
 
     def predict_corpus(self) -> Corpus | None:
         """The `data.predict` file, read once (None without one)."""
-        if self.hparams.predict and getattr(self, "_predict", None) is None:  # not a split: not in `corpora`
+        if self.hparams.predict and self._predict is None:
             try:
                 self._predict = read_corpus(self.hparams.predict, None, self.hparams.label_column)
             except CorpusError as err:
                 raise CorpusError(f"data.predict: {err}") from None
             self._warn_label_column(self._predict, "data.predict")
-        return getattr(self, "_predict", None)
+        return self._predict
 
     def predict_dataloader(self) -> DataLoader:
         if self.hparams.predict:
