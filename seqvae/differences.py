@@ -147,12 +147,18 @@ def texts_clash(a: list[dict], b: list[dict]) -> str:
     return "test_texts_sha256 " + " vs ".join("/".join(f"{d[:12]}…" for d in ds) or "not recorded" for ds in (da, db))
 
 
-def not_comparable(g: dict, base: dict, clash: str) -> tuple[dict, str, str]:
-    """The differences of the rows' means, without intervals: their runs were tested on other texts."""
+def means_only(g: dict, base: dict, why: str) -> dict:
+    """Each metric's difference of the two rows' means, without an interval (`why` says why)."""
     out = {}
     for mid in DIFF_METRICS:
         m, bm = g["stats"][mid]["mean"], base["stats"][mid]["mean"]
-        out[mid] = {"diff": None if None in (m, bm) else m - bm, "why": OTHER_TEXTS}
+        out[mid] = {"diff": None if None in (m, bm) else m - bm, "why": why}
+    return out
+
+
+def not_comparable(g: dict, base: dict, clash: str) -> tuple[dict, str, str]:
+    """The differences of the rows' means, without intervals: their runs were tested on other texts."""
+    out = means_only(g, base, OTHER_TEXTS)
     line = f"{OTHER_TEXTS}: not comparable ({clash}); difference of the means, no interval"
     return out, MISSING, line + k_note(g["runs"], base["runs"])
 
@@ -205,9 +211,7 @@ def differences(g: dict, base: dict) -> tuple[dict, str, str]:
         clash = texts_clash(rows, brows)
         if clash:
             return not_comparable(g, base, clash)
-        for mid in DIFF_METRICS:
-            m, bm = g["stats"][mid]["mean"], base["stats"][mid]["mean"]
-            out[mid] = {"diff": None if None in (m, bm) else m - bm, "why": "no pairing"}
+        out = means_only(g, base, "no pairing")
         own = seeds_text(sorted({r["seed"] for r in rows if r["seed"] is not None})) or "unknown"
         runs_text = f"{len(rows)} run{'s' * (len(rows) > 1)} (seed{'s' * (',' in own)} {own})"
         line = f"not paired: {runs_text} and no {blabel} run of the same seed; difference of the means, no interval"
