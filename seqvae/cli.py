@@ -24,6 +24,7 @@ from .commands import main  # noqa: F401  (the entry point; `seqvae.cli.main` ke
 from .data import CorpusError, TextDataModule, Vocabulary, load_checkpoint
 from .log_lines import EpochLine, TestProgress
 from .model import AGGRESSIVE_DDP, ConfigError, NonFiniteError, SeqVAE, pretrained_encoder
+from .options import check_parsed
 from .provenance import provenance
 from .run_files import (
     drop_empty_event_files,
@@ -417,13 +418,15 @@ class _ParseOnly(SeqVAECLI):
         pass
 
     def before_instantiate_classes(self):
+        config = self.config[self.subcommand]
+        check_parsed(config.model, config.data)
         raise _Parsed
 
 
 def parse_only(fit_args: list[str]) -> str | None:
     """`seqvae fit` arguments parsed as the CLI parses them (config files, unknown keys, wrong
-    types and choices) without building the model or reading data: the one-line error, or None.
-    Out-of-range values are found only when the model is built."""
+    types and choices, out-of-range numbers) without building the model or reading data: the
+    one-line error, or None."""
     try:
         check_config_files(fit_args)
         with warnings.catch_warnings():  # Lightning's note that the caller's own sys.argv is ignored: it is meant to be

@@ -9,6 +9,7 @@ them (an error raised inside a nested class would reach the CLI user wrapped in 
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -39,6 +40,26 @@ def check_strategy(option: str, strategy) -> None:
     without one is not checked), naming them `<option>.init_args.<name>` as in a config."""
     for name, allowed in getattr(type(strategy), "option_ranges", {}).items():
         check_option(f"{option}.init_args.{name}", getattr(strategy, name), allowed)
+
+
+def check_parsed(model, data) -> None:
+    """The same checks on parsed options before anything is built (`seqvae sweep` checks each
+    variant's arguments so before its first cell runs): `model` and `data` are the parsed
+    sections (jsonargparse Namespaces); a strategy is its `class_path` and `init_args`."""
+    for name, allowed in MODEL_OPTIONS.items():
+        check_option(f"model.{name}", getattr(model, name, None), allowed)
+    for name, allowed in DATA_OPTIONS.items():
+        check_option(f"data.{name}", getattr(data, name, None), allowed)
+    strategies = {name: getattr(model, name, None) for name in ("kl_schedule", "kl_penalty", "aggressive")}
+    strategies.update({f"regularizers[{i}]": r for i, r in enumerate(getattr(model, "regularizers", None) or [])})
+    for option, spec in strategies.items():
+        class_path = getattr(spec, "class_path", None)
+        if class_path:
+            module, _, name = class_path.rpartition(".")
+            cls = getattr(importlib.import_module(module), name)
+            args = getattr(spec, "init_args", None)
+            for arg, allowed in getattr(cls, "option_ranges", {}).items():
+                check_option(f"model.{option}.init_args.{arg}", getattr(args, arg, None), allowed)
 
 
 # SeqVAE's numeric options (checked in its __init__).

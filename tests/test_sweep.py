@@ -403,6 +403,13 @@ def test_sigterm_stops_the_cells_and_marks_them_interrupted(in_repo, tmp_path, c
     [
         ({"model.poolng": "max"}, "variant bad: unrecognized arguments: --model.poolng max"),
         ({"model.pooling": "maxx"}, 'variant bad: Parser key "model.pooling": Expected a typing.Literal'),
+        # Out-of-range numbers too (seqvae/options.py), on the model, the data and a strategy's init_args.
+        ({"model.lr": -1}, "variant bad: model.lr: must be > 0, got -1"),
+        ({"data.batch_size": 0}, "variant bad: data.batch_size: must be >= 1, got 0"),
+        (
+            {"model.kl_penalty": "FreeBits", "model.kl_penalty.target": -2},
+            "variant bad: model.kl_penalty.init_args.target: must be >= 0, got -2",
+        ),
     ],
 )
 def test_a_variant_the_cli_refuses_stops_the_sweep_before_any_cell(in_repo, tmp_path, capsys, monkeypatch, overrides, message):
