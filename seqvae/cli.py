@@ -338,7 +338,8 @@ class SeqVAECLI(LightningCLI):
             return
         path = write_new_file(Path(self.trainer.log_dir) / "predictions.txt", text)
         drop_empty_event_files(Path(self.trainer.log_dir))
-        print(f"seqvae: wrote {len(lines)} texts ({generation.mode}, {generation.decoding}) to {path}", file=sys.stderr)
+        decoding = generation.resolved().decoding
+        print(f"seqvae: wrote {len(lines)} texts ({generation.mode}, {decoding}) to {path}", file=sys.stderr)
 
     def _write_metrics(self, extra: dict):
         log_dir = self.trainer.log_dir  # a broadcast under DDP: on every rank

@@ -8,7 +8,7 @@ Every random draw of generation (prior z, sampled words) comes from one generato
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 import torch
@@ -31,8 +31,12 @@ class Generation:
             included (`steps` lines per pair).
         decoding: "greedy" (the most probable word at each step), "sample" (from
             softmax(logits / temperature)) or "beam" (beam search, `LSTMDecoder.beam_search`).
-        temperature: Softmax temperature of decoding "sample".
-        beam_width: Hypotheses kept by decoding "beam" (1 is greedy).
+            Default: "sample" when a temperature > 0 is given, "beam" when a beam_width is,
+            "greedy" otherwise.
+        temperature: Softmax temperature of decoding "sample" (default 1.0); refused with
+            another decoding, which would ignore it.
+        beam_width: Hypotheses kept by decoding "beam" (default 5; 1 is greedy); refused with
+            another decoding.
         n: Texts drawn in mode "sample".
         steps: Points per pair in mode "interpolate".
         max_length: Most tokens decoded per text (`</s>` included); default: the batch's longest
@@ -43,17 +47,23 @@ class Generation:
     """
 
     mode: Literal["reconstruct", "sample", "interpolate"] = "reconstruct"
-    decoding: Decoding = "greedy"
-    temperature: float = 1.0
-    beam_width: int = 5
+    decoding: Decoding | None = None
+    temperature: float | None = None
+    beam_width: int | None = None
     n: int = 10
     steps: int = 5
     max_length: int | None = None
     seed: int = 0
     stdout: bool = False
 
+    def resolved(self, prefix: str = "model.generation.") -> Generation:
+        """This with `decoding`, `temperature` and `beam_width` filled in (`decoding_settings`)."""
+        decoding, temperature, beam_width = decoding_settings(self.decoding, self.temperature, self.beam_width, prefix)
+        return replace(self, decoding=decoding, temperature=temperature, beam_width=beam_width)
+
 
 DEFAULTS = Generation()  # the CLI's defaults, which the Python API shares
+TEMPERATURE, BEAM_WIDTH = 1.0, 5  # decoding "sample" and "beam" without their setting
 PRIOR_MAX_LENGTH = 100  # most tokens decoded from the prior or a path, where no input says how long
 LENGTH_MARGIN = 20  # a reconstruction may run this many tokens past its batch's longest input
 
@@ -64,13 +74,36 @@ def default_max_length(lengths: torch.Tensor | None) -> int:
     return PRIOR_MAX_LENGTH if lengths is None else int(lengths.max()) + LENGTH_MARGIN
 
 
-def check_decoding(decoding: str, temperature: float, beam_width: int) -> None:
+def decoding_settings(
+    decoding: str | None, temperature: float | None, beam_width: int | None, prefix: str = ""
+) -> tuple[str, float | None, int | None]:
+    """(decoding, temperature, beam_width) as decoded, from what was given (None: not given).
+    Without a decoding, a temperature means sampling (0: greedy, its limit) and a beam width
+    beam search. A setting that the decoding would ignore is refused rather than dropped: a
+    temperature with greedy decoding gives greedy texts where the user asked for samples.
+    `prefix` names the options in errors (`model.generation.` for `seqvae predict`)."""
+    if decoding is None:
+        if temperature is not None and beam_width is not None:
+            raise ConfigError(f"{prefix}temperature and {prefix}beam_width: give {prefix}decoding (sample or beam)")
+        if temperature is not None:
+            decoding = "sample" if temperature > 0 else "greedy"
+            temperature = temperature if temperature > 0 else None
+        else:
+            decoding = "greedy" if beam_width is None else "beam"
     if decoding not in ("greedy", "sample", "beam"):
-        raise ConfigError(f"decoding must be greedy, sample or beam, got {decoding!r}")
-    if decoding == "sample" and not temperature > 0:
-        raise ConfigError(f"decoding 'sample' needs a temperature > 0, got {temperature}")
-    if decoding == "beam" and beam_width < 1:
-        raise ConfigError(f"decoding 'beam' needs beam_width ≥ 1, got {beam_width}")
+        raise ConfigError(f"{prefix}decoding must be greedy, sample or beam, got {decoding!r}")
+    for name, value, used_by in (("temperature", temperature, "sample"), ("beam_width", beam_width, "beam")):
+        if value is not None and decoding != used_by:
+            raise ConfigError(f"{prefix}{name} {value}: only decoding '{used_by}' uses it, and {prefix}decoding is '{decoding}'")
+    if decoding == "sample":
+        temperature = TEMPERATURE if temperature is None else temperature
+        if not temperature > 0:
+            raise ConfigError(f"{prefix}temperature: decoding 'sample' needs a temperature > 0, got {temperature}")
+    if decoding == "beam":
+        beam_width = BEAM_WIDTH if beam_width is None else beam_width
+        if beam_width < 1:
+            raise ConfigError(f"{prefix}beam_width: decoding 'beam' needs beam_width >= 1, got {beam_width}")
+    return decoding, temperature, beam_width
 
 
 def decode(model, z, n: int, max_length: int, decoding: str, temperature: float, beam_width: int, generator=None):
@@ -110,8 +143,7 @@ class Predictor:
             n_texts = sum(len(dl.dataset) for dl in (loaders if isinstance(loaders, (list, tuple)) else [loaders]))
             if n_texts % 2:
                 raise ConfigError(f"model.generation.mode interpolate reads pairs of lines; the predict texts have {n_texts}")
-        check_decoding(g.decoding, g.temperature, g.beam_width)
-        self.model, self.generation = model, g
+        self.model, self.generation = model, g.resolved()
         self.generator = torch.Generator(device=model.device).manual_seed(g.seed)
         self.pending_mu = None  # interpolation: the first text of a pair split across batches
 
@@ -138,24 +170,16 @@ class Predictor:
 
 # ---------------------------------------------------------------- the Python API
 # Same defaults as `seqvae predict` (DEFAULTS): greedy decoding, reconstructions up to the
-# batch's longest input + 20 tokens, prior samples and paths up to 100. A temperature given
-# without a decoding means sampling at that temperature.
-def _settings(decoding: str | None, temperature: float | None, beam_width: int) -> tuple[str, float]:
-    if decoding is None:
-        decoding = "sample" if temperature is not None and temperature > 0 else DEFAULTS.decoding
-    temperature = DEFAULTS.temperature if temperature is None else temperature
-    check_decoding(decoding, temperature, beam_width)
-    return decoding, temperature
+# batch's longest input + 20 tokens, prior samples and paths up to 100; decoding as
+# `decoding_settings` fills it in.
 
 
 def _generator(model, seed: int | None):
     return None if seed is None else torch.Generator(device=model.device).manual_seed(seed)
 
 
-def reconstruct(
-    model, texts, temperature=None, max_length=None, batch_size=64, decoding=None, beam_width=DEFAULTS.beam_width, seed=None
-):
-    decoding, temperature = _settings(decoding, temperature, beam_width)
+def reconstruct(model, texts, temperature=None, max_length=None, batch_size=64, decoding=None, beam_width=None, seed=None):
+    decoding, temperature, beam_width = decoding_settings(decoding, temperature, beam_width)
     gen, out = _generator(model, seed), []
     with inference(model):
         for b in text_batches(model, list(texts), batch_size):
@@ -165,12 +189,10 @@ def reconstruct(
     return out
 
 
-def interpolate(
-    model, a, b, steps=DEFAULTS.steps, max_length=None, temperature=None, decoding=None, beam_width=DEFAULTS.beam_width, seed=None
-):
+def interpolate(model, a, b, steps=DEFAULTS.steps, max_length=None, temperature=None, decoding=None, beam_width=None, seed=None):
     if model.encoder is None:
         raise RuntimeError("the language model has no latent space to interpolate in")
-    decoding, temperature = _settings(decoding, temperature, beam_width)
+    decoding, temperature, beam_width = decoding_settings(decoding, temperature, beam_width)
     mu, _ = model.encode([a, b])
     with inference(model):
         z = line(mu[0], mu[1], steps)
@@ -178,10 +200,10 @@ def interpolate(
         return decode(model, z, steps, length, decoding, temperature, beam_width, _generator(model, seed))
 
 
-def sample(model, n, temperature=None, max_length=None, decoding=None, beam_width=DEFAULTS.beam_width, seed=None):
+def sample(model, n, temperature=None, max_length=None, decoding=None, beam_width=None, seed=None):
     if model.vocab is None:
         raise RuntimeError("this model has no vocabulary: load it from a checkpoint or train it first")
-    decoding, temperature = _settings(decoding, temperature, beam_width)
+    decoding, temperature, beam_width = decoding_settings(decoding, temperature, beam_width)
     with inference(model):
         length = max_length or PRIOR_MAX_LENGTH
         return decode_prior(model, n, length, decoding, temperature, beam_width, _generator(model, seed))

@@ -139,6 +139,7 @@ class SeqVAE(pl.LightningModule):
         super().__init__()
         self.save_hyperparameters(ignore=["generation"])
         self.generation = generation
+        generation.resolved()  # refuses a setting its decoding would ignore, before a run directory exists
         self.automatic_optimization = False  # two optimisers; aggressive training steps them apart
         self.kl_schedule = kl_schedule or LinearKLWarmup()
         self.kl_penalty = kl_penalty or StandardKL()
@@ -374,20 +375,23 @@ class SeqVAE(pl.LightningModule):
         """Importance-weighted NLL per text in nats, (N,); exact NLL for the language model."""
         return scoring.iw_nll(self, texts, n_samples, batch_size)
 
-    def reconstruct(self, texts: list[str], temperature: float | None = None, max_length: int | None = None, batch_size: int = 64,
-                    decoding: Decoding | None = None, beam_width: int = 5, seed: int | None = None) -> list[str]:  # fmt: skip
+    def reconstruct(self, texts: list[str], temperature: float | None = None, max_length: int | None = None,
+                    batch_size: int = 64, decoding: Decoding | None = None, beam_width: int | None = None,
+                    seed: int | None = None) -> list[str]:  # fmt: skip
         """Decodes each text from its posterior mean, as `seqvae predict` does: `decoding` "greedy" (default),
         "sample" (softmax(logits / temperature); the default when a temperature > 0 is given) or "beam"
-        (width `beam_width`), up to the batch's longest input + 20 tokens. `seed` fixes the sampling noise."""
+        (width `beam_width`, default 5; the default when a width is given), up to the batch's longest
+        input + 20 tokens. A setting the decoding would ignore is refused. `seed` fixes the sampling noise."""
         return generation.reconstruct(self, texts, temperature, max_length, batch_size, decoding, beam_width, seed)
 
-    def interpolate(self, a: str, b: str, steps: int = 5, max_length: int | None = None, temperature: float | None = None,
-                    decoding: Decoding | None = None, beam_width: int = 5, seed: int | None = None) -> list[str]:  # fmt: skip
+    def interpolate(self, a: str, b: str, steps: int = 5, max_length: int | None = None,
+                    temperature: float | None = None, decoding: Decoding | None = None, beam_width: int | None = None,
+                    seed: int | None = None) -> list[str]:  # fmt: skip
         """Decodes (as `reconstruct`; ≤ 100 tokens) `steps` points from a's posterior mean to b's, ends included."""
         return generation.interpolate(self, a, b, steps, max_length, temperature, decoding, beam_width, seed)
 
     def sample(self, n: int, temperature: float | None = None, max_length: int | None = None, decoding: Decoding | None = None,
-               beam_width: int = 5, seed: int | None = None) -> list[str]:  # fmt: skip
+               beam_width: int | None = None, seed: int | None = None) -> list[str]:  # fmt: skip
         """n texts decoded (as `reconstruct`; up to 100 tokens) from z ~ N(0, I), as
         `seqvae predict --model.generation.mode sample`. `seed` fixes z and the word noise."""
         return generation.sample(self, n, temperature, max_length, decoding, beam_width, seed)

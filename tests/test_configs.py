@@ -226,6 +226,12 @@ def test_predict_generation_modes(tiny, tmp_path, capsys):
     assert len(sampled) == 4 and sampled == predict(
         "--model.generation.decoding=sample", "--model.generation.temperature=0.7", "--model.generation.seed=5"
     )
+    assert sampled == predict("--model.generation.temperature=0.7", "--model.generation.seed=5")  # a temperature samples
+    runs = sorted((tmp_path / "demo").iterdir())
+    with pytest.raises(ConfigError, match=r"^model.generation.temperature 0.7: only decoding 'sample' uses it"):
+        SeqVAECLI(args=["predict", *common, f"--ckpt_path={ckpt}", "--model.generation.decoding=greedy",
+                        "--model.generation.temperature=0.7"])  # fmt: skip
+    assert sorted((tmp_path / "demo").iterdir()) == runs  # refused before a run directory was made
     prior = ["--model.generation.mode=sample", "--model.generation.n=7", "--model.generation.decoding=sample",
              "--model.generation.seed=2"]  # fmt: skip
     first = predict(*prior, "--model.generation.stdout=true")

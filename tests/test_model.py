@@ -426,6 +426,19 @@ def test_decoding_options_of_the_api(corpus):
         model.reconstruct(val[:2], decoding="sample", temperature=0.0)
     with pytest.raises(ConfigError, match="beam_width"):
         model.sample(2, decoding="beam", beam_width=0)
+    # Without a decoding, the setting given picks it; temperature 0 is greedy's limit.
+    assert model.reconstruct(val[:9], max_length=10, beam_width=4) == beam
+    assert model.reconstruct(val[:9], max_length=10, temperature=0.0) == greedy
+    assert model.reconstruct(val[:9], max_length=10, decoding="sample", seed=3) == sampled  # temperature 1.0
+    # A setting the decoding would ignore is refused, not dropped (greedy texts where samples were asked for).
+    with pytest.raises(ConfigError, match=r"^temperature 0.7: only decoding 'sample' uses it, and decoding is 'greedy'$"):
+        model.reconstruct(val[:2], decoding="greedy", temperature=0.7)
+    with pytest.raises(ConfigError, match=r"^beam_width 3: only decoding 'beam' uses it, and decoding is 'sample'$"):
+        model.sample(2, decoding="sample", beam_width=3)
+    with pytest.raises(ConfigError, match=r"^temperature 0.7: only decoding 'sample' uses it, and decoding is 'beam'$"):
+        model.interpolate(val[2], val[3], decoding="beam", temperature=0.7)
+    with pytest.raises(ConfigError, match="give decoding"):
+        model.sample(2, temperature=0.7, beam_width=3)
 
 
 def test_interpolation_ends_decode_the_posterior_means(corpus):
@@ -435,7 +448,8 @@ def test_interpolation_ends_decode_the_posterior_means(corpus):
     model = listening_model(root).eval()
     mu, _ = model.encode(val[2:4])
     for decoding in ("greedy", "beam"):
-        path = model.interpolate(val[2], val[3], steps=4, max_length=9, decoding=decoding, beam_width=3)
+        width = {"beam_width": 3} if decoding == "beam" else {}
+        path = model.interpolate(val[2], val[3], steps=4, max_length=9, decoding=decoding, **width)
         if decoding == "greedy":
             ids = model.decoder.generate(mu, 2, BOS_ID, EOS_ID, max_length=9)
         else:
