@@ -22,6 +22,7 @@ from .allocator import reuse_freed_memory
 from .callbacks import LatentDimensions, PeriodicCheckpoint, PlateauRule, TextSamples
 from .commands import main  # noqa: F401  (the entry point; `seqvae.cli.main` kept for scripts and tests)
 from .data import CorpusError, TextDataModule, Vocabulary, load_checkpoint
+from .generation import lines_of_file
 from .log_lines import EpochLine, TestProgress
 from .model import AGGRESSIVE_DDP, ConfigError, NonFiniteError, SeqVAE, pretrained_encoder
 from .options import check_parsed
@@ -329,8 +330,14 @@ class SeqVAECLI(LightningCLI):
         the run directory (never overwriting: predictions-2.txt, …), and to stdout if asked."""
         predictions = self.trainer.predict_loop.predictions
         lines = [t for batch in predictions for t in batch]
-        text = "".join(line + "\n" for line in lines)
         generation = self.model.generation
+        n_texts, blank = len(lines), ""
+        source = self.datamodule.predict_source() if generation.mode == "reconstruct" else None
+        if source is not None and len(lines) == len(source.texts):
+            lines = lines_of_file(lines, source)
+            if len(lines) > n_texts:
+                blank = f"; {len(lines) - n_texts} empty for input lines skipped (empty or over data.max_length)"
+        text = "".join(line + "\n" for line in lines)
         if generation.stdout:
             sys.stdout.write(text)
         if self.trainer.log_dir is None:  # fast_dev_run
@@ -339,7 +346,7 @@ class SeqVAECLI(LightningCLI):
         path = write_new_file(Path(self.trainer.log_dir) / "predictions.txt", text)
         drop_empty_event_files(Path(self.trainer.log_dir))
         decoding = generation.resolved().decoding
-        print(f"seqvae: wrote {len(lines)} texts ({generation.mode}, {decoding}) to {path}", file=sys.stderr)
+        print(f"seqvae: wrote {n_texts} texts ({generation.mode}, {decoding}) to {path}{blank}", file=sys.stderr)
 
     def _write_metrics(self, extra: dict):
         log_dir = self.trainer.log_dir  # a broadcast under DDP: on every rank

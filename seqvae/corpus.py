@@ -55,6 +55,7 @@ class Corpus:
     first_untabbed_line: int | None = None  # the first kept line with no tab
     n_odd_label: int = 0  # kept lines with a tab whose part before it is not one short token
     first_odd_label_line: int | None = None
+    lines_read: tuple[int, int] = (1, 0)  # the 1-based, inclusive span of file lines read
 
 
 LABEL_MAX_CHARS = 32  # a class label, not a text: `5`, `pos`, `__label__sports`
@@ -109,7 +110,7 @@ def read_corpus(
     if span is not None and len(pieces) < span[1]:
         raise CorpusError(f"{path}: line range {span[0]}-{span[1]} but the file has {len(pieces)} lines")
     first, last = span or (1, len(pieces))
-    corpus = Corpus([], [], str(path))
+    corpus = Corpus([], [], str(path), lines_read=(first, last))
     # Split on \n only: str.splitlines() would also split on \x0b, \x1c, \u2028 …, so line
     # numbers in errors would not match what an editor shows. A trailing \r is whitespace.
     for number in range(first, last + 1):

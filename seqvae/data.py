@@ -357,6 +357,13 @@ class TextDataModule(pl.LightningDataModule):
             self._warn_label_column(self._predict, "data.predict")
         return self._predict
 
+    def predict_source(self) -> Corpus | None:
+        """The corpus `predict_dataloader` reads (data.predict, else the test split), for lining
+        the outputs up with its file's lines; None where neither was read."""
+        if self.hparams.predict:
+            return self.predict_corpus()
+        return self.corpora.get("test")
+
     def predict_dataloader(self) -> DataLoader:
         if self.hparams.predict:
             data = [torch.tensor(x) for x in self.vocab.encode(self.predict_corpus().texts)]

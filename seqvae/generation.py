@@ -25,10 +25,12 @@ class Generation:
 
     Args:
         mode: "reconstruct" decodes each input text (`data.predict`, default the test split)
-            from its posterior mean; "sample" decodes `n` texts from z ~ N(0, I) (the inputs are
-            not read); "interpolate" reads the inputs as pairs (lines 1-2, 3-4, …) and decodes
-            `steps` points on the straight line between each pair's posterior means, both ends
-            included (`steps` lines per pair).
+            from its posterior mean, line n of predictions.txt for input line n (an empty line
+            for an input line the reader skipped: empty, or over data.max_length); "sample"
+            decodes `n` texts from z ~ N(0, I) (no input text is decoded); "interpolate" reads
+            the non-empty input lines as pairs (1st-2nd, 3rd-4th, …) and decodes `steps` points
+            on the straight line between each pair's posterior means, both ends included
+            (`steps` lines per pair).
         decoding: "greedy" (the most probable word at each step), "sample" (from
             softmax(logits / temperature)) or "beam" (beam search, `LSTMDecoder.beam_search`).
             Default: "sample" when a temperature > 0 is given, "beam" when a beam_width is,
@@ -128,6 +130,15 @@ def line(a: torch.Tensor, b: torch.Tensor, steps: int) -> torch.Tensor:
     """`steps` evenly spaced points from a to b (Z,), both included: (steps, Z)."""
     weights = torch.linspace(0, 1, steps, device=a.device, dtype=a.dtype).unsqueeze(1)
     return (1 - weights) * a + weights * b
+
+
+def lines_of_file(outputs: list[str], source) -> list[str]:
+    """One output per line of the input file's span read (`Corpus.lines_read`): output i at the
+    line of kept text i, an empty line where the reader skipped one (empty, or over
+    data.max_length), so that output line n answers input line n."""
+    first, last = source.lines_read
+    by_line = dict(zip(source.line_numbers, outputs))
+    return [by_line.get(number, "") for number in range(first, last + 1)]
 
 
 class Predictor:

@@ -161,6 +161,12 @@ def test_predict_writes_one_reconstruction_per_input_line_in_order(tiny, tmp_pat
     with pytest.raises(CorpusError, match=r"^data\.predict: .*nofile\.txt: no such file$"):
         SeqVAECLI(args=["predict", *common, f"--data.predict={tmp_path / 'nofile.txt'}", f"--ckpt_path={ckpt}"])
     assert sorted((tmp_path / "demo").iterdir()) == runs
+    # empty and whitespace-only input lines (skipped by the reader) keep their place: output
+    # line n still answers input line n, an empty line where there was no text
+    (tmp_path / "gaps.txt").write_text(f"\n{lines[0]}\n  \t\n{lines[1]}\n{lines[2]}\n\n")
+    SeqVAECLI(args=["predict", *common, f"--data.predict={tmp_path / 'gaps.txt'}", f"--ckpt_path={ckpt}"])
+    gaps = (tmp_path / "demo" / "version_3" / "predictions.txt").read_text().split("\n")
+    assert gaps == ["", out[0], "", out[1], out[2], "", ""]  # six lines, each ended by a newline
 
 
 def test_export_and_compare_round_trip(tiny, tmp_path, capsys):
