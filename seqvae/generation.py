@@ -14,6 +14,7 @@ from typing import Literal
 import torch
 
 from .data import BOS_ID, EOS_ID, ConfigError
+from .options import AT_LEAST_ONE, Range, check_option
 from .scoring import inference, text_batches
 
 Decoding = Literal["greedy", "sample", "beam"]
@@ -58,8 +59,14 @@ class Generation:
     seed: int = 0
     stdout: bool = False
 
+    option_ranges = {"n": AT_LEAST_ONE, "steps": Range(lambda v: v >= 2, ">= 2 (both ends)"), "max_length": AT_LEAST_ONE}
+
     def resolved(self, prefix: str = "model.generation.") -> Generation:
-        """This with `decoding`, `temperature` and `beam_width` filled in (`decoding_settings`)."""
+        """This with `decoding`, `temperature` and `beam_width` filled in (`decoding_settings`),
+        after refusing an out-of-range count (n 0 would write an empty file, steps 1 only the
+        first end of each pair, max_length 0 empty texts)."""
+        for name, allowed in self.option_ranges.items():
+            check_option(prefix + name, getattr(self, name), allowed)
         decoding, temperature, beam_width = decoding_settings(self.decoding, self.temperature, self.beam_width, prefix)
         return replace(self, decoding=decoding, temperature=temperature, beam_width=beam_width)
 

@@ -23,6 +23,7 @@ from seqvae import (
 )
 from seqvae.cli import run_lightning
 from seqvae.corpus import ConfigError
+from seqvae.generation import Generation
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 TINY = dict(vocab_size=20, embed_dim=4, hidden_dim=4, latent_dim=2)
@@ -64,6 +65,9 @@ MODEL_CASES = {
         {"aggressive": AggressiveTraining(max_inner_steps=0)},
         "model.aggressive.init_args.max_inner_steps: must be >= 1, got 0",
     ),
+    "generation_n": ({"generation": Generation(mode="sample", n=0)}, "model.generation.n: must be >= 1, got 0"),
+    "generation_steps": ({"generation": Generation(steps=1)}, "model.generation.steps: must be >= 2 (both ends), got 1"),
+    "generation_max_length": ({"generation": Generation(max_length=-4)}, "model.generation.max_length: must be >= 1, got -4"),
 }
 
 
@@ -84,6 +88,7 @@ def test_model_accepts_the_edges_of_each_range():
     SeqVAE(**TINY, **strategies)
     SeqVAE(**TINY, kl_schedule=CyclicalKL(cycles=1, ratio=1.0), kl_penalty=BatchFreeBits(0.0))
     SeqVAE(**TINY, kl_schedule=ConstantKL(0.0))
+    SeqVAE(**TINY, generation=Generation(n=1, steps=2, max_length=1))
 
 
 DATA_CASES = {
