@@ -26,7 +26,8 @@ checkpoints/last.ckpt from it, and starts the others (the leftovers of a start t
 its first checkpoint move to `<root>/<variant>/failed-seed<N>`). On a fresh machine (a new clone,
 no run directories) a cell whose results are already in `export` counts as done and is skipped,
 so a grid spread over sessions resumes from the committed results; only a cell that another
-unfinished cell `needs` (its checkpoint is an input) is run again. Each cell's output goes to
+unfinished cell `needs` (its checkpoint is an input) is run again. `--no-export` ignores `export`
+(reproducing committed results: every cell runs into `root`, nothing is copied over them). Each cell's output goes to
 `sweep.log` in its run directory; finished cells get a curves.csv (validation curves from the event
 files) for `seqvae compare --plots`. At the end the compare table of the finished cells is printed.
 `--executor slurm` submits each cell as a submitit job instead, `submitit-local` as a local
@@ -42,6 +43,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import dataclasses
 import os
 import shlex
 import shutil
@@ -402,12 +404,19 @@ def main(argv: list[str] | None = None) -> int:
         "--jobs", type=int, metavar="N", help="run N cells at a time (default 1, one thread each; slurm: every cell at once)"
     )
     parser.add_argument("--status", action="store_true", help="run nothing; print each cell's state, epoch, last metric and job")
+    parser.add_argument(
+        "--no-export",
+        action="store_true",
+        help="ignore the grid's `export`: rerun cells whose results are committed there, and copy nothing to it",
+    )
     executors.add_arguments(parser)
     args = parser.parse_args(argv)
     if args.jobs is not None and args.jobs < 1:
         parser.error(f"--jobs: must be >= 1, got {args.jobs}")
     try:
         cells = select(load_grid(args.grid), args.variants, args.seeds)
+        if args.no_export:  # reproduce committed results in run directories, leaving the committed files as they are
+            cells = [dataclasses.replace(c, export_dir=None) for c in cells]
         overrides = executors.slurm_overrides(args)
     except GridError as err:
         print(f"seqvae sweep: error: {err}", file=sys.stderr)

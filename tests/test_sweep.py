@@ -499,3 +499,10 @@ def test_fresh_machine_skips_exported_cells_and_reruns_only_needed_ones(in_repo,
     assert sweep.main([str(path), "--compare", "--format", "json"]) == 0
     table = json.loads(capsys.readouterr().out)
     assert len(table["rows"]) == 3  # a, b, dep: two seeds each
+    # --no-export reproduces them: every cell without a run directory runs, the export is not touched.
+    committed = {p: p.read_bytes() for p in export.rglob("*") if p.is_file()}
+    assert sweep.main([str(path), "--no-export", "--variants", "b"]) == 0
+    err = capsys.readouterr().err
+    assert "seqvae sweep: 2 cells (2 ran) in " in err and "copied" not in err
+    assert sorted(p.name for p in (root / "b").glob("seed*")) == ["seed1", "seed2"]
+    assert {p: p.read_bytes() for p in export.rglob("*") if p.is_file()} == committed
