@@ -261,6 +261,16 @@ class SeqVAECLI(LightningCLI):
 
     def before_fit(self):
         ckpt = self.config_init["fit"].get("ckpt_path")
+        if ckpt == "last":
+            # Lightning's "last": this run directory's last.ckpt. Found here, so that it gets the
+            # vocabulary check; where there is none Lightning would train from scratch, only warning.
+            last = Path(self.trainer.log_dir or ".") / "checkpoints" / "last.ckpt"
+            if not last.is_file():
+                raise ConfigError(
+                    f"ckpt_path: last: no {last} to resume (name the run with trainer.logger.init_args.version, "
+                    "or give the checkpoint's path)"
+                )
+            ckpt = str(last)
         if not ckpt:
             self._refuse_a_finished_run_directory()
         elif Path(ckpt).is_file():

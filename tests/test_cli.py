@@ -367,6 +367,17 @@ def build_jobs(tmp: Path, corpus: dict[str, Path]) -> Jobs:
         return save, seqvae(["fit", *args], cwd)
 
     specs["resume_with_other_vocabulary"] = resume_with_other_vocabulary
+
+    def resume_last_with_other_vocabulary():  # `--ckpt_path last` names the main run's last.ckpt too
+        run = run_dir()
+        before = files(run)
+        where = ["--trainer.logger.init_args.save_dir", run.parents[1], "--trainer.logger.init_args.name", run.parent.name]
+        last = [*base_args(corpus, tmp), *where, "--ckpt_path", "last"]
+        other = seqvae(["fit", *last, "--trainer.logger.init_args.version", run.name, "--data.max_vocab", "10"], cwd)
+        missing = seqvae(["fit", *last, "--trainer.logger.init_args.version", "no_such_run"], cwd)
+        return run, before, other, missing, files(run)
+
+    specs["resume_last_with_other_vocabulary"] = resume_last_with_other_vocabulary
     specs["download_help"] = lambda: seqvae(["download", "--help"], cwd)
 
     def fast_dev_run():  # in a working directory of its own: it must stay empty
@@ -580,6 +591,15 @@ def test_resume_with_another_vocabulary_is_one_error_line(jobs, main_run):
     save, result = jobs.result("resume_with_other_vocabulary")
     assert_one_error_line(result, ["ckpt_path", "another vocabulary", "(14 ids)", "data.train"])
     assert not save.exists() or not any(p.is_file() for p in save.rglob("*"))
+
+
+@needs("resume_last_with_other_vocabulary", "fit")
+def test_resume_from_last_is_checked_like_a_path(jobs, main_run):
+    run, before, other, missing, after = jobs.result("resume_last_with_other_vocabulary")
+    assert_one_error_line(other, ["ckpt_path", f"{run}/checkpoints/last.ckpt", "another vocabulary", "(14 ids)"])
+    # no last.ckpt to resume: refused (Lightning would train from scratch), no run directory made
+    assert_one_error_line(missing, ["ckpt_path: last: no ", "no_such_run/checkpoints/last.ckpt to resume"])
+    assert not (run.parent / "no_such_run").exists() and after == before
 
 
 @needs("long_line")
