@@ -32,13 +32,21 @@ class PlateauRule(Callback):
         min_epochs: No decay before this (0-based) epoch (15 in the references).
         factor: Learning-rate multiplier at each decay.
         max_decays: Stop training at this many decays.
+        enabled: False: a constant learning rate and no early stop (on by default, as in the
+            references, so runs match theirs).
     """
 
     def __init__(
-        self, monitor: str = "val/loss", patience: int = 2, min_epochs: int = 15, factor: float = 0.5, max_decays: int = 5
+        self,
+        monitor: str = "val/loss",
+        patience: int = 2,
+        min_epochs: int = 15,
+        factor: float = 0.5,
+        max_decays: int = 5,
+        enabled: bool = True,
     ):
         self.monitor, self.patience, self.min_epochs = monitor, patience, min_epochs
-        self.factor, self.max_decays = factor, max_decays
+        self.factor, self.max_decays, self.enabled = factor, max_decays, enabled
         self.best: float | None = None
         self.bad_epochs = 0
         self.decays = 0
@@ -46,6 +54,8 @@ class PlateauRule(Callback):
     def on_validation_end(self, trainer, pl_module):
         # `trainer.training` is False during fit's validation; the stage is what tells.
         if trainer.sanity_checking or trainer.state.fn != "fit" or self.monitor not in trainer.callback_metrics:
+            return
+        if not self.enabled:
             return
         value = float(trainer.callback_metrics[self.monitor])
         if self.best is not None and value > self.best:

@@ -57,6 +57,10 @@ KEPT = ("checkpoint.monitor",)
 # written without the key groups with runs that set it to that value, and with no others. Which
 # runs lacked which key is said under the table.
 DEFAULTS_OF_NEWER_KEYS = {"model.init": "reference", "model.bn_eps": 1e-5}
+# Switches added later whose default is what every earlier run did: dropped at that value, so
+# runs from before and after group without a note under every table; only a run that turned
+# one off shows it (`plateau.enabled=False`).
+DROPPED_AT_DEFAULT = {"plateau.enabled": True}
 # Newer settings whose null (or absence, in runs written before them) means "the value of another
 # key": resolved to that value, so a run from before the key, one that sets it null and one that
 # sets it to the same number are the same config (nothing to note), and a row's label can say
@@ -105,6 +109,9 @@ def load_run(path: Path) -> dict:
             flat.pop(key, None)
             if source in flat:
                 flat[key] = flat[source]
+    for key, default in DROPPED_AT_DEFAULT.items():
+        if key in flat and flat[key] == default:
+            del flat[key]
     filled = {}
     if "model" in config:
         filled = {k: v for k, v in DEFAULTS_OF_NEWER_KEYS.items() if k not in flat}

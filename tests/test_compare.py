@@ -356,10 +356,18 @@ def test_runs_from_before_and_after_new_run_mechanics_keys_group_together(tmp_pa
     config["text_samples"] = {"n": 4, "max_length": 40}
     config["latent_dimensions"] = {"enabled": True}
     config["model"]["encoder_hidden_dim"] = None  # the newer key, at the value every older run had
+    config.setdefault("plateau", {})["enabled"] = True  # the newer switch, at what every older run did
     (new / "config.yaml").write_text(yaml.safe_dump(config))
     groups = compare.group_runs(compare.find_runs([str(old), str(new)]))
     assert len(groups) == 1 and groups[0]["stats"]["iw_nll"]["mean"] == 401.0
-    assert [n for n in compare.filled_in_notes(groups) if "encoder_hidden_dim" in n] == []
+    assert [n for n in compare.filled_in_notes(groups) if "encoder_hidden_dim" in n or "plateau" in n] == []
+    off = make_run(tmp_path, "max_constant_lr", 1, metrics(399.0, 60.0))
+    config = yaml.safe_load((off / "config.yaml").read_text())
+    config.setdefault("plateau", {})["enabled"] = False
+    (off / "config.yaml").write_text(yaml.safe_dump(config))
+    groups = compare.group_runs(compare.find_runs([str(old), str(new), str(off)]))
+    assert sorted(g["label"] for g in groups) == ["common settings", "enabled=false"]
+    shutil.rmtree(off)
     make_run(tmp_path, "wide", 1, metrics(398.0, 60.0), encoder_hidden_dim=256)
     groups = compare.group_runs(compare.find_runs([str(tmp_path / "yahoo" / "*" / "seed*")]))
     assert sorted(g["label"] for g in groups) == ["common settings", "encoder_hidden_dim=256"]

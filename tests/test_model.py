@@ -250,6 +250,14 @@ def test_plateau_rule_waits_for_min_epochs(tmp_path):
         t.optimizers = opts
         rule.on_validation_end(t, model)
     assert rule.decays == 0 and opts[0].param_groups[0]["lr"] == 1.0
+    # switched off: the losses that decay an enabled rule twice and stop it change nothing
+    off = PlateauRule(patience=1, min_epochs=0, max_decays=1, enabled=False)
+    for epoch, value in enumerate([5, 6, 7, 8]):
+        t = fake_trainer(model, "", epoch, value)
+        t.optimizers = opts
+        off.on_validation_end(t, model)
+        assert not t.should_stop
+    assert off.decays == 0 and opts[0].param_groups[0]["lr"] == 1.0
 
 
 def test_evaluation_is_deterministic(corpus, tmp_path):
