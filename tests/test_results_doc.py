@@ -105,24 +105,33 @@ def _facts():
     lm = [short("lm", s) for s in (1, 2, 3)]
     last = [short("last", s) for s in (1, 2, 3)]
     # −ELBO − IW-NLL of the rows that collapsed with KL < 1.1 (the LM aside), at 6 and at 20 epochs
-    flat6 = [g(r) for r in _runs("yahoo10k_short") + _runs("yahoo10k_init") if "/lm/" not in r and m(r, "test/kl") < 1.1]
+    six = _runs("yahoo10k_short") + _runs("yahoo10k_init") + _runs("yahoo10k_recipe")  # the K = 100 grids of 6 epochs
+    flat6 = [g(r) for r in six if "/lm/" not in r and m(r, "test/kl") < 1.1]
     flat20 = [g(r) for r in _runs("yahoo10k") if "/lm/" not in r and m(r, "test/kl") < 1.1]
     bn6 = [g(f"yahoo10k_short/bnvae/seed{s}") for s in (1, 2, 3)]
-    fb6 = [g(f"yahoo10k_init/freebits_max_pytorch_init/seed{s}") for s in (1, 2, 3)]
-    ae = [g(r) for r in _runs("yahoo10k") + _runs("yahoo10k_short") + _runs("yahoo10k_init") if "/autoencoder" in r]
+    bn6_all = [g(r) for r in six if "/bnvae/" in r and m(r, "test/au") == 32]
+    fb6 = [g(r) for r in six if "/freebits_max_pytorch_init/" in r]
+    ae = [g(r) for r in _runs("yahoo10k") + six if "/autoencoder" in r and m(r, "test/au") == 0]
+    ae_max = [r for r in six if "/autoencoder_max_pytorch_init/" in r]
+    skip = [g(r) for r in _runs("yahoo10k") + six if "/skipvae/" in r]
+    fb = [g(r) for r in _runs("yahoo10k") + six if "/freebits/" in r]
     return [
         # How to read
         ("went from MI {:.2f} to {:.2f} (`bnvae`), {:.2f} to {:.2f} (`cosine`) and {:.2f} to {:.2f} (`max`)",
          [m(f"yahoo10k/{v}/seed1", "test/mi") if i == 0 else m(f"yahoo10k_retest/{v}/seed1", "test/mi")
           for v in ("bnvae", "cosine", "max") for i in (0, 1)]),
-        ("is {:.1f} (`aggressive_joint`), {:.1f}–{:.1f} (`freebits_max_pytorch_init`) and {:.1f}–{:.1f} (`bnvae`)",
-         [g("yahoo10k_short/aggressive_joint/seed1"), min(fb6), max(fb6), min(bn6), max(bn6)]),
+        ("is {:.1f} (`aggressive_joint`), {:.1f}–{:.1f} (`freebits_max_pytorch_init`) and {:.1f}–{:.1f} (`bnvae` with AU 32)",
+         [g("yahoo10k_short/aggressive_joint/seed1"), min(fb6), max(fb6), min(bn6_all), max(bn6_all)]),
         ("and {:.1f} for the 20-epoch `bnvae_eps1e-10`, against {:.1f}–{:.1f} for the 6-epoch rows that collapsed with KL below 1.1 and {:.1f}–{:.1f} for such 20-epoch rows",
          [g("yahoo10k/bnvae_eps1e-10/seed1"), min(flat6), max(flat6), min(flat20), max(flat20)]),
-        ("(`freebits` {:.1f}–{:.1f}, `skipvae` {:.1f}–{:.1f}, the autoencoders {:.1f}–{:.1f})",
-         [*(f(g(f"yahoo10k_short/freebits/seed{s}") for s in (1, 2, 3)) for f in (min, max)),
-          *(f(g(f"yahoo10k_short/skipvae/seed{s}") for s in (1, 2, 3)) for f in (min, max)), min(ae), max(ae)]),
+        ("(AU 0: `freebits` {:.1f}–{:.1f}, `skipvae` {:.1f}–{:.1f}, the other autoencoders {:.1f}–{:.1f})",
+         [min(fb), max(fb), min(skip), max(skip), min(ae), max(ae)]),
+        ("which encode (AU {:.0f}–{:.0f}; {:.1f}–{:.1f})",
+         [min(m(r, "test/au") for r in ae_max), max(m(r, "test/au") for r in ae_max), min(map(g, ae_max)), max(map(g, ae_max))]),
         # Table 1
+        ("EV1 {:.3f} vs {:.3f}, effective rank {:.1f} vs {:.1f}; one seed each",
+         [m(f"yahoo10k_retest/{v}/seed1", k) for k in ("test/feature_ev1", "test/feature_erank") for v in ("max", "last")]),
+        ("(μ effective rank {:.1f} and {:.1f}, AU 0)", [m(f"yahoo10k_retest/{v}/seed1", "test/mu_erank") for v in ("max", "last")]),
         ("(feature EV1 {:.3f}, effective rank {:.1f}, in the re-test table", [m("yahoo10k_retest/cosine/seed1", "test/feature_ev1"), m("yahoo10k_retest/cosine/seed1", "test/feature_erank")]),
         ("(mean pairwise cosine {:.3f} → {:.6f}, `curves.csv`)", [c("yahoo10k/bnvae/seed1", "val/feature_cos")[9], c("yahoo10k/bnvae/seed1", "val/feature_cos")[10]]),
         ("(val KL {:,.0f} and {:,.0f} nats at epochs 11–12)", c("yahoo10k/bnvae/seed1", "val/kl")[10:12]),
