@@ -206,6 +206,8 @@ class SeqVAECLI(LightningCLI):
         ckpt = cfg.get("ckpt_path")
         if ckpt and ckpt not in ("best", "last", "hpc", "registry") and not Path(ckpt).is_file():
             raise ConfigError(f"ckpt_path: no such checkpoint file {ckpt}")
+        if cfg.get("model") is not None and cfg.get("data") is not None:
+            check_parsed(cfg["model"], cfg["data"])  # an out-of-range number stops before any data file is read
         self._line_ranges_follow_files(cfg)
         if self.subcommand in ("validate", "test", "predict"):
             self._scoring_data(cfg)

@@ -145,3 +145,17 @@ def test_cli_refuses_bad_value_in_one_line_and_writes_nothing(option, value, mes
     assert "Traceback" not in err
     assert err.strip().splitlines()[-1] == f"seqvae: error: {message}"
     assert sorted(tmp_path.iterdir()) == before  # no run directory (nor anything else) was written
+
+
+def test_cli_names_an_out_of_range_value_before_reading_data(tmp_path, monkeypatch, capsys):
+    """The range error comes first, not the error of a data file the run would then read."""
+    monkeypatch.chdir(tmp_path)
+    args = [
+        "fit", f"--config={CONFIGS / 'demo.yaml'}", f"--data.train={tmp_path / 'missing.txt'}",
+        f"--trainer.logger.init_args.save_dir={tmp_path / 'runs'}", "--model.lr", "-0.5",
+    ]  # fmt: skip
+    with pytest.raises(SystemExit) as done:
+        run_lightning(args)
+    assert done.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == "seqvae: error: model.lr: must be > 0, got -0.5"
+    assert not (tmp_path / "runs").exists()
