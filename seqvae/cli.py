@@ -166,10 +166,14 @@ class SeqVAECLI(LightningCLI):
     def _line_ranges_follow_files(self, cfg) -> None:
         """A split file given on the command line drops the config's line range for that split
         (a range belongs to its file: yahoo10k's `train_lines: 1-8000` is no range of yours)
-        unless the range is given too."""
+        unless the range is given too. A val/test split without a file of its own reads the
+        training file, so its range goes with the training file's: yahoo10k's `val_lines:
+        8001-9000` of your file would be texts it trains on."""
         data = cfg.get("data")
         for split in ("train", "val", "test") if data is not None else ():
-            if self._given(f"--data.{split}") and not self._given(f"--data.{split}_lines"):
+            own_file = self._given(f"--data.{split}")
+            follows_train = split != "train" and data.get(split) is None and self._given("--data.train")
+            if (own_file or follows_train) and not self._given(f"--data.{split}_lines"):
                 data[f"{split}_lines"] = None
 
     def _scoring_data(self, cfg) -> None:

@@ -100,6 +100,23 @@ def test_fit_on_new_files_drops_the_configs_line_ranges_unless_given(trained, tm
     assert (data["train"]["texts"], data["val"]["texts"], data["test"]["texts"]) == (30, 5, 30)
 
 
+def test_splits_that_read_the_new_training_file_drop_the_configs_ranges_too(trained, tmp_path, capsys):
+    """Only --data.train given: val and test have no file of their own and read the training
+    file, so the config's val/test ranges (lines 81-120 of *its* file) would pick texts of the new
+    file that are trained on. They are dropped with the training range: val and test are the
+    training texts, and the warning says so."""
+    _, run_dir = trained
+    new = tmp_path / "new.txt"
+    write_corpus(new, 130, 7)
+    args = ["fit", f"--config={run_dir / 'config.yaml'}", f"--data.train={new}", f"--trainer.logger.init_args.save_dir={tmp_path}",
+            "--trainer.logger.init_args.version=y"]  # fmt: skip
+    status, err = run(args, capsys)
+    assert status == 0, err
+    data = metrics(tmp_path / "default" / "y")["data"]
+    assert (data["train"]["texts"], data["val"]["texts"], data["test"]["texts"]) == (130, 130, 130)
+    assert "seqvae: warning: data.val is not given" in err and "seqvae: warning: data.test is not given" in err
+
+
 class RunsCode:
     """Unpickling this runs a command: what a checkpoint from an untrusted source can carry."""
 
