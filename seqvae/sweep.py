@@ -167,7 +167,8 @@ def run_cell(cell: Cell, one_thread: bool = False) -> tuple[int, list[str]]:
                         seen = mtime
                         say(f"{cell.tag}: {where} saved, {clock(time.monotonic() - start)} elapsed")
         except KeyboardInterrupt:
-            proc.wait()  # the fit got the same SIGINT; Lightning stops it cleanly
+            # Ctrl-C reached the fit too and Lightning stops it; `kill PID` of the sweep did not
+            stop_processes([proc])
             executors.mark_ended(cell.run_dir, "interrupted")  # --status: resumable, not failed
             raise
         finally:
@@ -192,17 +193,24 @@ class LocalRunner:
         a terminal sends the whole process group), Lightning's clean stop; its last checkpoint
         stays, so rerunning the sweep resumes it. A cell that does not stop is killed."""
         _STOPPING.set()
-        deadline = time.monotonic() + GRACE_SECONDS
-        for proc in list(_LIVE):
-            try:
-                proc.wait(timeout=max(0.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                proc.send_signal(signal.SIGINT)
-        for proc in list(_LIVE):
-            try:
-                proc.wait(timeout=STOP_SECONDS)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+        stop_processes(list(_LIVE))
+
+
+def stop_processes(procs: list[subprocess.Popen]) -> None:
+    """Waits GRACE_SECONDS for each fit to stop on a SIGINT it may already have had (a
+    terminal's Ctrl-C goes to the whole process group), then sends one, then kills a fit that
+    is still running STOP_SECONDS later."""
+    deadline = time.monotonic() + GRACE_SECONDS
+    for proc in procs:
+        try:
+            proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGINT)
+    for proc in procs:
+        try:
+            proc.wait(timeout=STOP_SECONDS)
+        except subprocess.TimeoutExpired:
+            proc.kill()
 
 
 def write_curves(run_dir: Path) -> None:
@@ -451,6 +459,12 @@ def main(argv: list[str] | None = None) -> int:
 
     main_thread = threading.current_thread() is threading.main_thread()  # where signal handlers may be set
     previous = signal.signal(signal.SIGTERM, terminate) if main_thread else None
+    # A sweep started with `&` from a script ignores SIGINT, and its fits would inherit that: the
+    # SIGINT that stops them would be lost and each killed STOP_SECONDS later. A handler set here
+    # is reset to the default in each fit, where Python turns SIGINT into KeyboardInterrupt.
+    ignored_sigint = main_thread and signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    if ignored_sigint:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     _STOPPING.clear()
     try:
         failed = run_grid(cells, max(1, jobs), runner)
@@ -460,6 +474,8 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if main_thread:
             signal.signal(signal.SIGTERM, previous)
+        if ignored_sigint:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
     code = compare_cells(cells, args.format, args.plots)
     return 1 if failed or code else 0
 

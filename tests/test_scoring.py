@@ -108,8 +108,8 @@ def test_splits_that_read_the_new_training_file_drop_the_configs_ranges_too(trai
     _, run_dir = trained
     new = tmp_path / "new.txt"
     write_corpus(new, 130, 7)
-    args = ["fit", f"--config={run_dir / 'config.yaml'}", f"--data.train={new}", f"--trainer.logger.init_args.save_dir={tmp_path}",
-            "--trainer.logger.init_args.version=y"]  # fmt: skip
+    args = ["fit", f"--config={run_dir / 'config.yaml'}", f"--data.train={new}",
+            f"--trainer.logger.init_args.save_dir={tmp_path}", "--trainer.logger.init_args.version=y"]  # fmt: skip
     status, err = run(args, capsys)
     assert status == 0, err
     data = metrics(tmp_path / "default" / "y")["data"]

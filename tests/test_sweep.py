@@ -373,15 +373,31 @@ time.sleep(60)
 """
 
 
-def test_sigterm_stops_the_cells_and_marks_them_interrupted(in_repo, tmp_path, capsys, monkeypatch):
+# A fit that, like Lightning's, has no SIGINT handler of its own: Python's KeyboardInterrupt stops it
+# (unless SIGINT was ignored when it started).
+SLOW_FIT_KEYBOARD_INTERRUPT = SLOW_FIT.replace("signal.signal(signal.SIGINT, stop)\n", "").replace(
+    "time.sleep(60)", "try:\n    time.sleep(60)\nexcept KeyboardInterrupt:\n    stop(signal.SIGINT, None)"
+)
+
+
+@pytest.mark.parametrize("jobs, sigint", [(1, "default"), (2, "default"), (1, "ignored")])
+def test_sigterm_stops_the_cells_and_marks_them_interrupted(in_repo, tmp_path, capsys, monkeypatch, jobs, sigint):
+    """`kill PID` of the sweep; "ignored": started with `&` from a script, which ignores SIGINT."""
     import signal
     import threading
 
-    monkeypatch.setattr(sweep, "fit_command", lambda args: [sys.executable, "-c", SLOW_FIT, *args])
+    fit = SLOW_FIT_KEYBOARD_INTERRUPT if sigint == "ignored" else SLOW_FIT
+    monkeypatch.setattr(sweep, "fit_command", lambda args: [sys.executable, "-c", fit, *args])
     monkeypatch.setattr(sweep, "GRACE_SECONDS", 0.5)
+    monkeypatch.setattr(sweep, "STOP_SECONDS", 10)  # then killed: no stopped_by file
+    if sigint == "ignored":
+        previous_sigint = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        request_restore = lambda: signal.signal(signal.SIGINT, previous_sigint)  # noqa: E731
+    else:
+        request_restore = lambda: None  # noqa: E731
     root = tmp_path / "runs"
     path = write_grid(tmp_path / "grid.yaml", grid(root=str(root), seeds=[1]))
-    cells = [root / v / "seed1" for v in ("last", "max")]
+    cells = [root / v / "seed1" for v in ("last", "max")][:jobs]  # one job: only the first cell starts
 
     def kill_the_sweep():  # `kill PID` of the sweep alone, once both cells run
         deadline = time.time() + 30
@@ -390,7 +406,11 @@ def test_sigterm_stops_the_cells_and_marks_them_interrupted(in_repo, tmp_path, c
         os.kill(os.getpid(), signal.SIGTERM)
 
     threading.Thread(target=kill_the_sweep, daemon=True).start()
-    assert sweep.main([str(path), "--jobs", "2"]) == 130
+    try:
+        assert sweep.main([str(path), "--jobs", str(jobs)]) == 130
+        assert sigint == "default" or signal.getsignal(signal.SIGINT) is signal.SIG_IGN  # as it was
+    finally:
+        request_restore()
     assert "interrupted; rerun the same command to resume" in capsys.readouterr().err
     for c in cells:
         assert (c / "stopped_by").read_text() == "SIGINT"  # passed on: no orphaned fit
