@@ -100,9 +100,11 @@ def pid_alive(pid, start=None, host=None) -> bool | None:
     return start is None or proc_start(int(pid)) in (None, start)
 
 
-def mark_started(run_dir: Path, job_id: str, pid: int) -> None:
+def mark_started(run_dir: Path, job_id: str, pid: int, args: list[str] | None = None) -> None:
+    """`args`: the cell's `seqvae fit` arguments from its grid (without --ckpt_path), so that a
+    later sweep can tell a finished cell whose grid entry was edited since (`Cell.stale`)."""
     info = {"job_id": job_id, "host": socket.gethostname(), "pid": pid, "pid_start": proc_start(pid), "started": now()}
-    write_json(run_dir / RUN_FILE, info)
+    write_json(run_dir / RUN_FILE, {**info, **({"args": list(args)} if args is not None else {})})
 
 
 def mark_ended(run_dir: Path, code: int | None) -> None:
@@ -209,7 +211,7 @@ class CellJob(Checkpointable):
                 preexec_fn=_fit_signals,
             )
             if rank == 0:
-                mark_started(cell.run_dir, job_id or str(self._proc.pid), self._proc.pid)
+                mark_started(cell.run_dir, job_id or str(self._proc.pid), self._proc.pid, cell.args)
             while self._proc.poll() is None:  # not wait(): checkpoint() may wait for it from a signal handler
                 time.sleep(0.5)
         code = self._proc.returncode

@@ -71,6 +71,14 @@ class Cell:
             return "exported"  # finished on another machine; its run directory is not here
         return "new"
 
+    def recorded_args(self) -> list[str] | None:
+        """The grid arguments this cell's run started with (sweep.run), None if not recorded."""
+        try:
+            args = json.loads((self.run_dir / "sweep.run").read_text()).get("args")  # executors.RUN_FILE
+        except (OSError, ValueError, AttributeError):
+            return None
+        return args if isinstance(args, list) else None
+
     def fit_args(self) -> list[str]:
         return [*self.args, "--ckpt_path", str(self.last_ckpt)] if self.state() == "interrupted" else list(self.args)
 

@@ -21,7 +21,8 @@ The grid file (see configs/sweeps/):
 
 Override values may use `${seed}`, `${variant}` and `${root}`. Cells run seed by seed, in the order
 of `variants` (seed 1 of every variant, then seed 2, …), each as its own subprocess, so a crash
-stops only that cell. Rerunning the same command skips cells with metrics.json, resumes cells with
+stops only that cell. Rerunning the same command skips cells with metrics.json (refusing one that
+ran with other arguments than the grid now gives it, `check_finished_cells`), resumes cells with
 checkpoints/last.ckpt from it, and starts the others (the leftovers of a start that failed before
 its first checkpoint move to `<root>/<variant>/failed-seed<N>`). On a fresh machine (a new clone,
 no run directories) a cell whose results are already in `export` counts as done and is skipped,
@@ -142,7 +143,7 @@ def run_cell(cell: Cell, one_thread: bool = False) -> tuple[int, list[str]]:
         _LIVE.add(proc)
         info = {"executor": "local", "job_id": str(proc.pid), "host": executors.socket.gethostname()}
         executors.write_json(cell.run_dir / executors.JOB_FILE, {**info, "pid_start": executors.proc_start(proc.pid)})
-        executors.mark_started(cell.run_dir, str(proc.pid), proc.pid)
+        executors.mark_started(cell.run_dir, str(proc.pid), proc.pid, cell.args)
 
         def read_stderr():
             for line in proc.stderr:
@@ -364,12 +365,38 @@ def check_variants(cells: list[Cell]) -> None:
     from .cli import parse_only  # torch and Lightning: only when cells are about to run
 
     checked = set()
-    for cell in cells:
-        if cell.variant not in checked and cell.state() != "finished":
+    for cell in cells:  # finished cells too: their variant is what the grid file says now
+        if cell.variant not in checked:
             checked.add(cell.variant)
             error = parse_only(cell.args)
             if error:
                 raise GridError(f"variant {cell.variant}: {error}")
+
+
+def check_finished_cells(cells: list[Cell]) -> None:
+    """A finished cell is skipped, so its results must be those of the arguments the grid gives
+    it now: one that ran with others (the grid was edited since) stops the sweep instead of
+    showing old results under the new settings. Nothing is moved or deleted."""
+    stale = [(cell, cell.recorded_args()) for cell in cells if cell.state() == "finished"]
+    stale = [(cell, ran) for cell, ran in stale if ran is not None and ran != cell.args]
+    if stale:
+        cell, ran = stale[0]
+        more = f" (and {len(stale) - 1} more cells)" if len(stale) > 1 else ""
+        raise GridError(
+            f"{cell.name} finished with other arguments than the grid gives it now{more}: {args_difference(ran, cell.args)}; "
+            f"move {cell.run_dir} aside to run it again, or restore the grid"
+        )
+
+
+def args_difference(ran: list[str], now: list[str]) -> str:
+    """What differs between two `seqvae fit` argument lists, option by option."""
+    pairs = lambda a: list(zip(a[0::2], a[1::2])) if len(a) % 2 == 0 else [(x, "") for x in a]  # noqa: E731
+    old, new = pairs(ran), pairs(now)
+    gone = [" ".join(p).strip() for p in old if p not in new]
+    added = [" ".join(p).strip() for p in new if p not in old]
+    if not gone and not added:
+        return "the same options in another order"
+    return f"ran with {', '.join(gone) or 'nothing else'}; the grid now gives {', '.join(added) or 'nothing else'}"
 
 
 def dry_run(cells: list[Cell]) -> None:
@@ -432,6 +459,7 @@ def main(argv: list[str] | None = None) -> int:
     if not (args.compare or args.status):
         try:
             check_variants(cells)
+            check_finished_cells(cells)
         except GridError as err:
             print(f"seqvae sweep: error: {args.grid}: {err}", file=sys.stderr)
             return 2

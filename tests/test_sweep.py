@@ -526,3 +526,32 @@ def test_fresh_machine_skips_exported_cells_and_reruns_only_needed_ones(in_repo,
     assert "seqvae sweep: 2 cells (2 ran) in " in err and "copied" not in err
     assert sorted(p.name for p in (root / "b").glob("seed*")) == ["seed1", "seed2"]
     assert {p: p.read_bytes() for p in export.rglob("*") if p.is_file()} == committed
+
+
+def test_finished_cells_of_an_edited_grid_stop_the_sweep(in_repo, tmp_path, capsys, monkeypatch):
+    """A finished cell is skipped, so once its variant is edited (another value, or a misspelt
+    key) the sweep must say so instead of reporting the old results under the new settings."""
+    monkeypatch.setattr(sweep, "fit_command", lambda args: [sys.executable, "-c", FAKE_FIT, *args])
+    root = tmp_path / "runs"
+    path = write_grid(tmp_path / "grid.yaml", grid(root=str(root), seeds=[1]))
+    assert sweep.main([str(path)]) == 0
+    capsys.readouterr()
+    before = {p: p.read_bytes() for p in root.rglob("*") if p.is_file()}
+    edited = grid(root=str(root), seeds=[1])
+    edited["variants"][1]["overrides"]["model.pooling"] = "avg"
+    for argv in ([str(write_grid(tmp_path / "edited.yaml", edited))], [str(tmp_path / "edited.yaml"), "--dry-run"]):
+        assert sweep.main(argv) == 2
+        out = capsys.readouterr()
+        assert out.err.strip().splitlines()[-1] == (
+            f"seqvae sweep: error: {tmp_path / 'edited.yaml'}: max/seed1 finished with other arguments than the grid gives it "
+            f"now: ran with --model.pooling max; the grid now gives --model.pooling avg; move {root / 'max' / 'seed1'} aside "
+            "to run it again, or restore the grid"
+        )
+        assert "finished, skip" not in out.out
+    misspelt = grid(root=str(root), seeds=[1])
+    misspelt["variants"][1]["overrides"] = {"model.poling": "max"}
+    assert sweep.main([str(write_grid(tmp_path / "misspelt.yaml", misspelt)), "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert "error: " in err and "variant max: " in err and "model.poling" in err
+    assert {p: p.read_bytes() for p in root.rglob("*") if p.is_file()} == before  # nothing moved, deleted or rerun
+    assert sweep.main([str(path), "--dry-run"]) == 0  # the grid as it ran: every cell finished
