@@ -290,17 +290,17 @@ class SeqVAE(pl.LightningModule):
             metrics.update(nll, torch.zeros_like(nll), n_predicted, iw_nll=iw, index=index, iw_se=iw_se)
             return
         mu, logvar, h = self.encoder(tokens, lengths)
-        self._noise.skip_preceding(mu.dtype, n_iw)
-        gen = self._noise.generator
-        rec = -self.decoder.log_likelihood(tokens, lengths, sample_posterior(mu, logvar, 1, gen))[:, 0]
+        noise = self._noise
+        noise.skip_preceding(mu.dtype, n_iw)
+        rec = -self.decoder.log_likelihood(tokens, lengths, sample_posterior(mu, logvar, 1, noise.rec))[:, 0]
         kl = gaussian_kl(mu, logvar).sum(-1)
         iw = iw_se = None
         if n_iw:
             ll = lambda z: self.decoder.log_likelihood(tokens, lengths, z)  # noqa: E731
-            log_w = iw_log_weights(ll, mu, logvar, n_iw, self.iw_chunk(tokens), gen)  # (B, K)
+            log_w = iw_log_weights(ll, mu, logvar, n_iw, self.iw_chunk(tokens), noise.iw)  # (B, K)
             iw = iw_nll_from_weights(log_w)
             iw_se = iw_nll_standard_error(log_w)  # its Monte-Carlo noise, per text
-        metrics.update(rec, kl, n_predicted, mu, logvar, h, iw, mi_generator=gen, index=index, iw_se=iw_se)
+        metrics.update(rec, kl, n_predicted, mu, logvar, h, iw, mi_generator=noise.mi, index=index, iw_se=iw_se)
 
     def _log_eval(self, stage: str, metrics: EvalMetrics) -> dict[str, float]:
         values = {f"{stage}/{k}": v for k, v in metrics.compute().items()}
