@@ -209,6 +209,8 @@ class SeqVAECLI(LightningCLI):
         # data module misses without it (the vocabulary it was to give, the training text).
         ckpt = cfg.get("ckpt_path")
         if ckpt and ckpt not in ("best", "last", "hpc", "registry") and not Path(ckpt).is_file():
+            if Path(ckpt).is_dir():
+                raise ConfigError(f"ckpt_path: {ckpt} is a directory, not a checkpoint file")
             raise ConfigError(f"ckpt_path: no such checkpoint file {ckpt}")
         if cfg.get("model") is not None and cfg.get("data") is not None:
             check_parsed(cfg["model"], cfg["data"])  # an out-of-range number stops before any data file is read

@@ -99,7 +99,7 @@ def read_corpus(
     """
     path = Path(path)
     if not path.is_file():
-        raise CorpusError(f"{path}: no such file")
+        raise CorpusError(f"{path}: {'a directory, not a file' if path.is_dir() else 'no such file'}")
     span = parse_line_range(lines)
     raw = path.read_bytes()
     # Windows editors write a byte-order mark; left in, it would glue U+FEFF to the first word.
@@ -316,7 +316,8 @@ def load_vocabulary(path: str | Path) -> Vocabulary:
     """The vocabulary of a run: its `vocab.json`, or the one saved inside a checkpoint."""
     path = Path(path)
     if not path.is_file():
-        raise CorpusError(f"data.vocab: no such file {path}")
+        why = f"{path} is a directory, not a file" if path.is_dir() else f"no such file {path}"
+        raise CorpusError(f"data.vocab: {why}")
     if path.suffix == ".json":
         try:
             return Vocabulary.load(path)
@@ -338,6 +339,8 @@ def load_checkpoint(path: str | Path, option: str, map_location="cpu", **kwargs)
         return torch.load(path, map_location=map_location, weights_only=True, **kwargs)
     except FileNotFoundError:
         raise CorpusError(f"{option}: no such checkpoint file {path}") from None
+    except IsADirectoryError:
+        raise CorpusError(f"{option}: {path} is a directory, not a checkpoint file") from None
     except pickle.UnpicklingError as err:
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise CorpusError(

@@ -47,6 +47,10 @@ def main(argv: list[str] | None = None) -> int:
     if not (args.run / "metrics.json").is_file():
         print(f"seqvae export: error: {args.run}: not a finished run (no metrics.json)", file=sys.stderr)
         return 2
+    blocking = next((p for p in (args.dest, *args.dest.parents) if p.exists() and not p.is_dir()), None)
+    if blocking is not None:
+        print(f"seqvae export: error: {args.dest}: {blocking} is a file, not a directory", file=sys.stderr)
+        return 2
     held = args.dest / "metrics.json"
     if held.is_file() and held.read_bytes() != (args.run / "metrics.json").read_bytes():
         # Results already written are not replaced without a word: they may be committed ones.

@@ -203,6 +203,13 @@ def test_export_and_compare_round_trip(tiny, tmp_path, capsys):
     with pytest.raises(SystemExit) as done:
         main(["export", str(run), str(exported)])
     assert done.value.code == 0
+    # a destination that is (or lies under) a file: one line, the file untouched
+    for dest in (exported / "curves.csv", exported / "curves.csv" / "seed1"):
+        with pytest.raises(SystemExit) as done:
+            main(["export", str(run), str(dest)])
+        assert done.value.code == 2
+        assert capsys.readouterr().err == f"seqvae export: error: {dest}: {exported / 'curves.csv'} is a file, not a directory\n"
+    assert {p.name: p.read_bytes() for p in exported.iterdir()} == before
 
 
 def test_predict_generation_modes(tiny, tmp_path, capsys):

@@ -122,11 +122,18 @@ def test_empty_file_raises_naming_file(tmp_path, data):
 
 
 def test_missing_file_raises_naming_file(tmp_path):
-    with pytest.raises(CorpusError, match="nowhere.txt"):
+    from seqvae.corpus import load_checkpoint, load_vocabulary
+
+    with pytest.raises(CorpusError, match="nowhere.txt: no such file$"):
         read_corpus(tmp_path / "nowhere.txt")
-    with pytest.raises(CorpusError, match="a_directory"):
-        (tmp_path / "a_directory").mkdir()
-        read_corpus(tmp_path / "a_directory")
+    folder = tmp_path / "a_directory"
+    folder.mkdir()
+    with pytest.raises(CorpusError, match="a_directory: a directory, not a file$"):  # it exists: not "no such file"
+        read_corpus(folder)
+    with pytest.raises(CorpusError, match="^data.vocab: .*a_directory is a directory, not a file$"):
+        load_vocabulary(folder)
+    with pytest.raises(CorpusError, match="^ckpt_path: .*a_directory is a directory, not a checkpoint file$"):
+        load_checkpoint(folder, "ckpt_path")
 
 
 def test_max_length_skips_and_counts(tmp_path):
