@@ -246,11 +246,13 @@ class SeqVAECLI(LightningCLI):
         cannot load the checkpoint's weights: one line instead of a state-dict size mismatch."""
         saved = load_checkpoint(ckpt, "ckpt_path", mmap=True).get("vocab")
         saved = Vocabulary.from_str(saved).tokenizer.get_vocab() if saved is not None else None
-        if saved is not None and saved != self.datamodule.vocab.tokenizer.get_vocab():
-            n_saved, n_now = len(saved), self.datamodule.vocab_size
+        now = self.datamodule.vocab.tokenizer.get_vocab()
+        if saved is not None and saved != now:
+            moved = sum(1 for word, i in saved.items() if now.get(word) != i)  # missing, or at another id
             raise ConfigError(
-                f"ckpt_path: {ckpt} was trained with another vocabulary ({n_saved} ids) than data.train gives now "
-                f"({n_now} ids): resume with the training data (and data.* options) the run started with"
+                f"ckpt_path: {ckpt} was trained with another vocabulary ({len(saved)} ids) than data.train gives now "
+                f"({len(now)} ids; {moved} of the checkpoint's words missing or at other ids): resume with the "
+                "training data (and data.* options) the run started with"
             )
 
     def before_validate(self):

@@ -91,6 +91,8 @@ def decoding_settings(
     beam search. A setting that the decoding would ignore is refused rather than dropped: a
     temperature with greedy decoding gives greedy texts where the user asked for samples.
     `prefix` names the options in errors (`model.generation.` for `seqvae predict`)."""
+    if temperature is not None and not temperature >= 0:  # NaN too
+        raise ConfigError(f"{prefix}temperature: must be >= 0 (0: greedy), got {temperature}")
     if decoding is None:
         if temperature is not None and beam_width is not None:
             raise ConfigError(f"{prefix}temperature and {prefix}beam_width: give {prefix}decoding (sample or beam)")

@@ -69,8 +69,11 @@ def iw_nll_standard_error(log_w: torch.Tensor) -> torch.Tensor:
     weights, by the delta method: sd(w) / (√K · mean(w)), sd with divisor K-1. log_w (B, K)
     -> (B,). Computed on w / max_k w (the ratio does not change), so no weight overflows; NaN
     for K = 1 (no spread to estimate)."""
+    k = log_w.size(1)
+    if k == 1:  # (torch's std would warn about zero degrees of freedom and give the same NaN)
+        return torch.full(log_w.shape[:1], float("nan"), dtype=log_w.dtype, device=log_w.device)
     w = (log_w - log_w.max(dim=1, keepdim=True).values).exp()
-    return w.std(dim=1) / (math.sqrt(log_w.size(1)) * w.mean(dim=1))
+    return w.std(dim=1) / (math.sqrt(k) * w.mean(dim=1))
 
 
 # Memory budget of one block of log densities in the dataset MI: (rows of z) x M elements.

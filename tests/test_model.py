@@ -457,6 +457,8 @@ def test_decoding_options_of_the_api(corpus):
     # Without a decoding, the setting given picks it; temperature 0 is greedy's limit.
     assert model.reconstruct(val[:9], max_length=10, beam_width=4) == beam
     assert model.reconstruct(val[:9], max_length=10, temperature=0.0) == greedy
+    with pytest.raises(ConfigError, match=r"^temperature: must be >= 0 \(0: greedy\), got -1.0$"):
+        model.reconstruct(val[:2], temperature=-1.0)  # was greedy, silently
     assert model.reconstruct(val[:9], max_length=10, decoding="sample", seed=3) == sampled  # temperature 1.0
     # A setting the decoding would ignore is refused, not dropped (greedy texts where samples were asked for).
     with pytest.raises(ConfigError, match=r"^temperature 0.7: only decoding 'sample' uses it, and decoding is 'greedy'$"):
