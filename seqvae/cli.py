@@ -356,7 +356,7 @@ class SeqVAECLI(LightningCLI):
         if source is not None and len(lines) == len(source.texts):
             lines = lines_of_file(lines, source)
             if len(lines) > n_texts:
-                blank = f"; {len(lines) - n_texts} empty for input lines skipped (empty or over data.max_length)"
+                blank = f"; {len(lines) - n_texts} empty lines for input lines without a text to reconstruct"
         text = "".join(line + "\n" for line in lines)
         if generation.stdout:
             sys.stdout.write(text)

@@ -27,7 +27,7 @@ class Generation:
     Args:
         mode: "reconstruct" decodes each input text (`data.predict`, default the test split)
             from its posterior mean, line n of predictions.txt for input line n (an empty line
-            for an input line the reader skipped: empty, or over data.max_length); "sample"
+            for an empty input line, and for a test-split line over data.max_length); "sample"
             decodes `n` texts from z ~ N(0, I) (no input text is decoded); "interpolate" reads
             the non-empty input lines as pairs (1st-2nd, 3rd-4th, …) and decodes `steps` points
             on the straight line between each pair's posterior means, both ends included
@@ -143,8 +143,8 @@ def line(a: torch.Tensor, b: torch.Tensor, steps: int) -> torch.Tensor:
 
 def lines_of_file(outputs: list[str], source) -> list[str]:
     """One output per line of the input file's span read (`Corpus.lines_read`): output i at the
-    line of kept text i, an empty line where the reader skipped one (empty, or over
-    data.max_length), so that output line n answers input line n."""
+    line of kept text i, an empty line where the reader skipped one (empty; for the test split
+    also over data.max_length), so that output line n answers input line n."""
     first, last = source.lines_read
     by_line = dict(zip(source.line_numbers, outputs))
     return [by_line.get(number, "") for number in range(first, last + 1)]
