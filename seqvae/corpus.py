@@ -298,18 +298,19 @@ def label_column_hint(corpus: Corpus, label_column: bool) -> str | None:
         return None
     if corpus.n_tab == 0:
         return f"{path}: data.label_column is true but no line holds a tab: every line is read as text, none has a label"
+    problems = []  # a file can have both: each is said, in the one line
     if corpus.n_tab < n:
-        return (
-            f"{path}: data.label_column is true but {n - corpus.n_tab} of {n} lines hold no tab "
-            f"(first at line {corpus.first_untabbed_line}): they are read as text with no label"
+        problems.append(
+            f"{n - corpus.n_tab} of {n} lines hold no tab (first at line {corpus.first_untabbed_line}): "
+            "they are read as text with no label"
         )
     if corpus.n_odd_label:
-        return (
-            f"{path}: data.label_column is true but on {corpus.n_odd_label} of {n} lines the part before the tab "
-            f"is not one short label (first at line {corpus.first_odd_label_line}): it is dropped as the label; "
-            "if the tab is part of the text, set --data.label_column false"
+        problems.append(
+            f"on {corpus.n_odd_label} of {n} lines the part before the tab is not one short label (first at line "
+            f"{corpus.first_odd_label_line}): it is dropped as the label; if the tab is part of the text, set "
+            "--data.label_column false"
         )
-    return None
+    return f"{path}: data.label_column is true but {'; and '.join(problems)}" if problems else None
 
 
 def load_vocabulary(path: str | Path) -> Vocabulary:

@@ -199,6 +199,14 @@ def test_label_column_hint_on_labelled_and_plain_files(tmp_path):
     plain.write_text("a b c\nd e\n")
     assert label_column_hint(read_corpus(plain), False) is None
     assert "no line holds a tab" in label_column_hint(read_corpus(plain, label_column=True), True)
+    # both problems in one file: both said, in one line
+    mixed = tmp_path / "mixed.txt"
+    mixed.write_text("5\tgood\npos neg\tdropped words\nno tab here\n")
+    assert label_column_hint(read_corpus(mixed, label_column=True), True) == (
+        f"{mixed}: data.label_column is true but 1 of 3 lines hold no tab (first at line 3): they are read as text "
+        "with no label; and on 1 of 3 lines the part before the tab is not one short label (first at line 2): it is "
+        "dropped as the label; if the tab is part of the text, set --data.label_column false"
+    )
 
 
 def test_datamodule_warns_once_per_file_about_a_label_column(tmp_path, capsys):
