@@ -12,6 +12,30 @@ from pytorch_lightning import Callback
 from .corpus import IndexedTexts
 
 
+class EpochMean:
+    """Σ value·n / Σ n over the batches of one training epoch (the per-text train/loss of the
+    epoch line). The model adds to it in training_step and keeps it in its checkpoints, so an
+    epoch resumed mid-way still averages the batches from before the interruption."""
+
+    def __init__(self):
+        self.epoch, self.total, self.count = -1, 0.0, 0
+
+    def add(self, epoch: int, value: float, n: int) -> None:
+        if epoch != self.epoch:  # a new epoch starts a new mean
+            self.epoch, self.total, self.count = epoch, 0.0, 0
+        self.total += value * n
+        self.count += n
+
+    def mean(self, epoch: int) -> float | None:
+        return self.total / self.count if epoch == self.epoch and self.count else None
+
+    def state_dict(self) -> dict:
+        return {"epoch": self.epoch, "total": self.total, "count": self.count}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.epoch, self.total, self.count = state["epoch"], state["total"], state["count"]
+
+
 class EpochLine(Callback):
     """One line per training epoch on stderr, for logs, CI and sweeps' cell logs, where a progress
     bar would be noise (the CLI adds it when stderr is not a terminal; in a terminal Lightning's
@@ -19,34 +43,28 @@ class EpochLine(Callback):
 
         seqvae: epoch 3/20  train/loss 201.30  val/loss 199.84  val/kl 0.01  val/mi 0.03  val/au 0  kl_weight 0.46  42 s
 
-    `train/loss` is the epoch's mean per text (each batch's logged loss weighted by its number of
-    texts; rank 0's batches under DDP), not the last batch's value that Lightning keeps: with
-    length buckets one batch's loss swings by hundreds of nats, and it read as the epoch's.
+    `train/loss` is the epoch's mean per text (each batch's loss weighted by its number of texts,
+    the model's `train_loss_mean`; rank 0's batches under DDP), not the last batch's value that
+    Lightning keeps: with length buckets one batch's loss swings by hundreds of nats, and it read
+    as the epoch's. The seconds are those since this process started the epoch.
     """
 
     KEYS = ("train/loss", "val/loss", "val/rec", "val/kl", "val/mi", "val/au", "val/iw_nll", "train/kl_weight")
 
     def __init__(self):
         self._start = time.monotonic()
-        self._loss_sum, self._texts = 0.0, 0
 
     def on_train_epoch_start(self, trainer, pl_module):
         self._start = time.monotonic()
-        self._loss_sum, self._texts = 0.0, 0
-
-    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
-        loss = trainer.callback_metrics.get("train/loss")
-        if loss is not None:
-            n = int(batch["tokens"].size(0))
-            self._loss_sum += float(loss) * n
-            self._texts += n
 
     def on_validation_end(self, trainer, pl_module):
         if trainer.sanity_checking or trainer.state.fn != "fit" or not trainer.is_global_zero:
             return
         values = dict(trainer.callback_metrics)
-        if self._texts:
-            values["train/loss"] = self._loss_sum / self._texts
+        epoch_mean = getattr(pl_module, "train_loss_mean", None)
+        mean = epoch_mean.mean(trainer.current_epoch) if epoch_mean is not None else None
+        if mean is not None:
+            values["train/loss"] = mean
         shown = [(k, float(values[k]), 0 if k == "val/au" else 2) for k in self.KEYS if k in values]
         shown = [(k if k == "train/loss" else k.removeprefix("train/"), v, d) for k, v, d in shown]
         parts = [f"{name} {v:.{digits}f}" for name, v, digits in shown]

@@ -21,6 +21,7 @@ from .callbacks import EvalMemory, ExactResume, FitClock
 from .data import PAD_ID, UNK_ID, ConfigError, Vocabulary, load_checkpoint
 from .evaluation import EvalNoise, iw_chunk
 from .generation import Decoding, Generation, Predictor
+from .log_lines import EpochMean
 from .losses import BatchFreeBits, CosineDispersion, FreeBits, KLPenalty, Regularizer, StandardKL, gaussian_kl
 from .metrics import EvalMetrics, iw_log_weights, iw_nll_from_weights, iw_nll_standard_error, sample_posterior
 from .networks import Init, LSTMDecoder, LSTMEncoder, Pooling
@@ -166,6 +167,7 @@ class SeqVAE(pl.LightningModule):
         self.vocab: Vocabulary | None = None
         self.last_test_rows: dict[str, torch.Tensor] | None = None  # per-text test values, for the CLI
         self._noise: EvalNoise | None = None  # this evaluation pass's noise
+        self.train_loss_mean = EpochMean()  # the epoch line's train/loss, kept in checkpoints
         self._batch_idx = 0  # for the NonFiniteError message
 
     # ---------------------------------------------------------------- loss of one batch
@@ -259,6 +261,7 @@ class SeqVAE(pl.LightningModule):
             self.encoder_updates += self.encoder is not None
         self.decoder_updates += 1
         self.num_updates += 1
+        self.train_loss_mean.add(self.current_epoch, float(terms["loss"]), batch["tokens"].size(0))
         self.log_dict({f"train/{k}": v for k, v in terms.items()}, batch_size=batch["tokens"].size(0), prog_bar=True)
         self.log("train/kl_weight", weight, prog_bar=True)
         counts = {"encoder_updates": self.encoder_updates, "decoder_updates": self.decoder_updates}
@@ -344,6 +347,7 @@ class SeqVAE(pl.LightningModule):
         state = checkpoint.setdefault("seqvae", {})  # ExactResume adds the RNG states
         state.update(num_updates=self.num_updates, encoder_updates=self.encoder_updates)
         state.update(decoder_updates=self.decoder_updates, fit_seconds=self.fit_seconds)
+        state["train_loss_mean"] = self.train_loss_mean.state_dict()
         if self.aggressive is not None:
             state["aggressive"] = self.aggressive.state_dict()
         if self.vocab is not None:
@@ -353,6 +357,8 @@ class SeqVAE(pl.LightningModule):
         state = checkpoint.get("seqvae", {})
         self.num_updates, self.fit_seconds = state.get("num_updates", 0), state.get("fit_seconds", 0.0)
         self.encoder_updates, self.decoder_updates = state.get("encoder_updates", 0), state.get("decoder_updates", 0)
+        if "train_loss_mean" in state:
+            self.train_loss_mean.load_state_dict(state["train_loss_mean"])
         if self.aggressive is not None and "aggressive" in state:
             self.aggressive.load_state_dict(state["aggressive"])
         if "vocab" in checkpoint:

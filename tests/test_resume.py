@@ -74,6 +74,9 @@ def test_killed_mid_epoch_and_resumed_gives_bit_identical_parameters(corpus, tmp
     assert saved["seqvae"]["rng"]["epoch"] == 1
     resumed = fit(corpus, tmp_path / "b", every_n_batches=3, ckpt_path=tmp_path / "b" / "last.ckpt", **kw)
     assert_same_parameters(straight, resumed)
+    # the epoch line's mean train/loss of the resumed epoch covers its batches from before the kill
+    assert resumed.train_loss_mean.state_dict() == straight.train_loss_mean.state_dict()
+    assert straight.train_loss_mean.epoch == 1 and straight.train_loss_mean.count == 120  # every training text once
 
 
 def test_resume_from_a_validation_inside_the_epoch_is_exact(corpus, tmp_path):

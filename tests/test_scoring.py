@@ -307,24 +307,28 @@ def test_epoch_line_shows_the_epochs_mean_train_loss_not_the_last_batchs(capsys)
 
     import torch
 
-    from seqvae.log_lines import EpochLine
+    from seqvae.log_lines import EpochLine, EpochMean
 
     trainer = SimpleNamespace(sanity_checking=False, state=SimpleNamespace(fn="fit"), is_global_zero=True,
-                              callback_metrics={}, current_epoch=0, max_epochs=2)  # fmt: skip
+                              callback_metrics={"train/loss": torch.tensor(1000.0)}, current_epoch=0, max_epochs=2)  # fmt: skip
+    module = SimpleNamespace(train_loss_mean=EpochMean())
     line = EpochLine()
-    line.on_train_epoch_start(trainer, None)
+    line.on_train_epoch_start(trainer, module)
     for loss, texts in ((10.0, 2), (40.0, 1), (1000.0, 0)):  # an empty batch weighs nothing
-        trainer.callback_metrics["train/loss"] = torch.tensor(loss)
-        line.on_train_batch_end(trainer, None, None, {"tokens": torch.zeros(texts, 5)}, 0)
+        module.train_loss_mean.add(0, loss, texts)
     trainer.callback_metrics["val/loss"] = torch.tensor(7.0)
-    line.on_validation_end(trainer, None)
+    line.on_validation_end(trainer, module)
     out = capsys.readouterr().err
     assert "seqvae: epoch 1/2  train/loss 20.00  val/loss 7.00  " in out, out  # (2·10 + 1·40) / 3
-    line.on_train_epoch_start(trainer, None)  # a new epoch starts a new mean
-    trainer.callback_metrics["train/loss"] = torch.tensor(5.0)
-    line.on_train_batch_end(trainer, None, None, {"tokens": torch.zeros(4, 5)}, 0)
-    line.on_validation_end(trainer, None)
+    trainer.current_epoch = 1  # a new epoch starts a new mean
+    module.train_loss_mean.add(1, 5.0, 4)
+    line.on_validation_end(trainer, module)
     assert "train/loss 5.00" in capsys.readouterr().err
+    # kept in a checkpoint: the mean goes on where it stopped
+    again = EpochMean()
+    again.load_state_dict(module.train_loss_mean.state_dict())
+    again.add(1, 11.0, 2)
+    assert again.mean(1) == (4 * 5.0 + 2 * 11.0) / 6 and again.mean(0) is None
 
 
 EXPECTED_PROGRESS = {
