@@ -96,11 +96,14 @@ def read_per_text(run: dict) -> tuple[dict[int, dict] | None, str]:
     return rows, ""
 
 
+DIFFERENT_TEXTS, NOT_COMPARABLE = "different test texts", "not comparable"
+
+
 def texts_pairing(a: dict, b: dict) -> tuple[tuple[dict, dict] | None, str]:
     """The two runs' per-text rows when they were tested on the same texts; else (None, why)."""
     da, db = a["metrics"].get("test_texts_sha256"), b["metrics"].get("test_texts_sha256")
     if da and db and da != db:  # said first: not comparable, per-text files or not
-        return None, f"different test texts (test_texts_sha256 {da[:12]}… vs {db[:12]}…)"
+        return None, f"{DIFFERENT_TEXTS} (test_texts_sha256 {da[:12]}… vs {db[:12]}…)"
     ta, why = read_per_text(a)
     if ta is None:
         return None, why
@@ -224,6 +227,7 @@ def differences(g: dict, base: dict) -> tuple[dict, str, str]:
     left_out = (f"; {len(others)} run(s) without a partner of the same seed left out "
                 f"(seed{'s' * (len(others) > 1)} {', '.join(others)})") if others else ""  # fmt: skip
     texts, why = texts_pairing(a, b)
+    other_texts = why.startswith(DIFFERENT_TEXTS)  # a Monte-Carlo s.e. beside it would read as its error
     for mid in DIFF_METRICS:
         va, vb = value(a, mid), value(b, mid)
         if mid in PER_TEXT and texts is not None:
@@ -232,9 +236,13 @@ def differences(g: dict, base: dict) -> tuple[dict, str, str]:
             d = [ta[i][col] - tb[i][col] for i in sorted(ta) if math.isfinite(ta[i][col]) and math.isfinite(tb[i][col])]
             out[mid] = {**t_interval(d), "by": "text"} if d else {"diff": None, "why": f"{col} is nan for every text"}
             continue
-        out[mid] = {"diff": None if None in (va, vb) else va - vb, "n": 1, "why": "one run per side"}
+        out[mid] = {
+            "diff": None if None in (va, vb) else va - vb,
+            "n": 1,
+            "why": NOT_COMPARABLE if other_texts else "one run per side",
+        }
         se = MC_SE.get(mid)
-        if se and None not in (value(a, se), value(b, se)):
+        if se and not other_texts and None not in (value(a, se), value(b, se)):
             out[mid]["mc_se"] = math.hypot(value(a, se), value(b, se))
     head = f"{which} vs {blabel} {bwhich}"
     if texts is not None:
@@ -247,6 +255,8 @@ def differences(g: dict, base: dict) -> tuple[dict, str, str]:
         short = f"text, n={n}"
     else:
         line = f"{head}: not paired by text ({why}); one run per side: differences only, n/a"
+        if other_texts:
+            line = f"{head}: {NOT_COMPARABLE} ({why}); difference of the two runs' values, no interval"
         short = "one run each"
     return out, short, line + left_out + k_note([a], [b])
 
@@ -257,6 +267,8 @@ def diff_cell(d: dict | None, digits: int) -> str:
     text = f"{d['diff']:+.{digits}f}"
     if d.get("lo") is not None:
         return f"{text} [{d['lo']:+.{digits}f}, {d['hi']:+.{digits}f}]" + ("*" if excludes_zero(d) else "")
+    if d.get("why") == NOT_COMPARABLE:
+        return f"{text} ({NOT_COMPARABLE})"
     return f"{text} (n/a; MC se {d['mc_se']:.{digits}f})" if d.get("mc_se") is not None else f"{text} (n/a)"
 
 

@@ -578,9 +578,12 @@ def test_by_text_falls_back_when_the_test_texts_differ(tmp_path, capsys):
     rc, out, err = run_compare(capsys, b, "--baseline", a)
     assert rc == 0 and err == ""
     cells = md_rows(out)["latent_dim=16"]
-    assert cells[:5] == ["1", "one run each", "+2.00 (n/a)", "+2.00 (n/a)", "+0.00 (n/a)"]  # metrics.json values
-    assert ("- latent_dim=16: seed 1 vs latent_dim=8 seed 1: not paired by text (different test texts "
-            "(test_texts_sha256 other… vs d1…)); one run per side: differences only, n/a") in out.splitlines()  # fmt: skip
+    # metrics.json values, named not comparable, with no Monte-Carlo s.e. that would read as their error
+    assert cells[:5] == ["1", "one run each", "+2.00 (not comparable)", "+2.00 (not comparable)", "+0.00 (not comparable)"]
+    assert not any("MC se" in c for c in cells[2:9])
+    line = ("- latent_dim=16: seed 1 vs latent_dim=8 seed 1: not comparable (different test texts "
+            "(test_texts_sha256 other… vs d1…)); difference of the two runs' values, no interval")  # fmt: skip
+    assert line in out.splitlines()
     # same digest but not the same rows, or a per-text file gone: also no pairing by text, said why
     write_per_text(b, {k: v[:4] for k, v in BASE_TEXTS.items()}, digest="d1")
     _, out, _ = run_compare(capsys, b, "--baseline", a)
@@ -735,9 +738,9 @@ def test_a_row_of_several_runs_against_one_baseline_run_names_the_runs_left_out(
     set_texts(tmp_path, "max", {1: B64})
     rc, out, _ = vs_base(capsys, tmp_path)
     assert out.splitlines()[-1] == (
-        "- max: seed 1 vs base seed 1: not paired by text (different test texts (test_texts_sha256 bbbbbbbbbbbb… vs "
-        "aaaaaaaaaaaa…)); one run per side: differences only, n/a; 2 run(s) without a partner of the same seed left out "
-        "(seeds 2, 3)"
+        "- max: seed 1 vs base seed 1: not comparable (different test texts (test_texts_sha256 bbbbbbbbbbbb… vs "
+        "aaaaaaaaaaaa…)); difference of the two runs' values, no interval; 2 run(s) without a partner of the same seed "
+        "left out (seeds 2, 3)"
     )
     # one run against a baseline of several: the baseline row shows all of them; the line is as before
     shutil.rmtree(tmp_path / "yahoo")
