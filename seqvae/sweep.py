@@ -375,16 +375,17 @@ def check_variants(cells: list[Cell]) -> None:
 
 def check_finished_cells(cells: list[Cell]) -> None:
     """A finished cell is skipped, so its results must be those of the arguments the grid gives
-    it now: one that ran with others (the grid was edited since) stops the sweep instead of
-    showing old results under the new settings. Nothing is moved or deleted."""
-    stale = [(cell, cell.recorded_args()) for cell in cells if cell.state() == "finished"]
-    stale = [(cell, ran) for cell, ran in stale if ran is not None and ran != cell.args]
+    it now, and an interrupted one resumes, so its first part must have had them too: one that
+    ran with others (the grid was edited since) stops the sweep instead of showing old results
+    under the new settings, or mixing the two in one run. Nothing is moved or deleted."""
+    stale = [(cell, cell.state(), cell.recorded_args()) for cell in cells]
+    stale = [(c, state, ran) for c, state, ran in stale if state in ("finished", "interrupted") and ran not in (None, c.args)]
     if stale:
-        cell, ran = stale[0]
+        cell, state, ran = stale[0]
         more = f" (and {len(stale) - 1} more cells)" if len(stale) > 1 else ""
         raise GridError(
-            f"{cell.name} finished with other arguments than the grid gives it now{more}: {args_difference(ran, cell.args)}; "
-            f"move {cell.run_dir} aside to run it again, or restore the grid"
+            f"{cell.name} {'finished' if state == 'finished' else 'started'} with other arguments than the grid gives it "
+            f"now{more}: {args_difference(ran, cell.args)}; move {cell.run_dir} aside to run it again, or restore the grid"
         )
 
 

@@ -555,3 +555,15 @@ def test_finished_cells_of_an_edited_grid_stop_the_sweep(in_repo, tmp_path, caps
     assert "error: " in err and "variant max: " in err and "model.poling" in err
     assert {p: p.read_bytes() for p in root.rglob("*") if p.is_file()} == before  # nothing moved, deleted or rerun
     assert sweep.main([str(path), "--dry-run"]) == 0  # the grid as it ran: every cell finished
+    # an interrupted cell would resume its checkpoint under the new settings: refused the same way
+    cell = root / "last" / "seed1"
+    (cell / "metrics.json").unlink()
+    (cell / "checkpoints").mkdir()
+    (cell / "checkpoints" / "last.ckpt").write_bytes(b"")
+    edited = grid(root=str(root), seeds=[1])
+    edited["variants"][0]["overrides"]["model.pooling"] = "abs"
+    capsys.readouterr()
+    assert sweep.main([str(write_grid(tmp_path / "edited2.yaml", edited)), "--dry-run"]) == 2
+    assert "last/seed1 started with other arguments than the grid gives it now: ran with --model.pooling last; " in (
+        capsys.readouterr().err
+    )
