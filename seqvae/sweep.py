@@ -168,7 +168,8 @@ def run_cell(cell: Cell, one_thread: bool = False) -> tuple[int, list[str]]:
                         seen = mtime
                         say(f"{cell.tag}: {where} saved, {clock(time.monotonic() - start)} elapsed")
         except KeyboardInterrupt:
-            # Ctrl-C reached the fit too and Lightning stops it; `kill PID` of the sweep did not
+            # Only where run_cell runs on the main thread (a direct call): the sweep runs cells in
+            # pool threads, and LocalRunner.stop stops them. A fit that missed the SIGINT gets one.
             stop_processes([proc])
             executors.mark_ended(cell.run_dir, "interrupted")  # --status: resumable, not failed
             raise
