@@ -14,12 +14,15 @@ import html
 import http.client
 import http.cookiejar
 import os
+import errno
 import posixpath
 import re
 import shutil
+import socket
 import sys
 import tarfile
 import tempfile
+import urllib.error
 import urllib.parse
 import urllib.request
 import zipfile
@@ -57,6 +60,36 @@ CHECKSUMS: dict[str, tuple[str, str]] = {
 
 class Failure(Exception):
     """A download failed; the message names the URL or file and becomes the single error line."""
+
+
+class Missing(Failure):
+    """The server (or folder) answered that the file is not there: the next name may be."""
+
+
+NO_ROUTE = {errno.ENETUNREACH, errno.ENETDOWN, errno.EHOSTUNREACH, errno.EADDRNOTAVAIL}
+
+
+def _why(url: str, err: Exception) -> Failure:
+    """The error line for a failed fetch, its cause first: no network (the usual reason a fetch
+    fails) is said as such rather than behind a list of the file names tried."""
+    reason = getattr(err, "reason", None) if not isinstance(err, urllib.error.HTTPError) else None
+    cause = reason if isinstance(reason, BaseException) else err
+    host = urllib.parse.urlsplit(url).netloc
+    if isinstance(err, urllib.error.HTTPError) and err.code in (404, 410):
+        return Missing(f"cannot fetch {url}: {err}")
+    if isinstance(cause, FileNotFoundError):
+        return Missing(f"cannot fetch {url}: {reason or err}")
+    if isinstance(cause, socket.gaierror):
+        return Failure(f"no network? cannot look up {host} ({cause}) for {url}")
+    if isinstance(cause, TimeoutError):  # socket.timeout is TimeoutError
+        return Failure(f"no network? no answer from {host} within {TIMEOUT} s for {url}")
+    if isinstance(cause, OSError) and cause.errno in NO_ROUTE:
+        return Failure(f"no network? cannot reach {host} ({cause}) for {url}")
+    if isinstance(cause, ConnectionRefusedError):
+        return Failure(f"cannot connect to {host} (connection refused) for {url}")
+    if isinstance(cause, (ConnectionError, http.client.RemoteDisconnected)):
+        return Failure(f"connection to {host} broke ({cause}) for {url}")
+    return Failure(f"cannot fetch {url}: {reason or err}")  # HTTPError: "HTTP Error 503: Service Unavailable"
 
 
 def _as_url(source: str) -> str:
@@ -112,23 +145,24 @@ def _fetch(url: str, path: Path) -> str | None:
     except Failure:
         raise
     except (OSError, ValueError, http.client.HTTPException) as err:  # URLError/HTTPError are OSErrors
-        raise Failure(f"cannot fetch {url}: {getattr(err, 'reason', None) or err}") from None
+        raise _why(url, err) from None
     if want and digest.hexdigest() != want:
         raise Failure(f"checksum mismatch for {url}: {algo} {digest.hexdigest()}, expected {want}")
     return None if want else f"{digest.hexdigest()}  {url}"
 
 
 def _fetch_first(folder: str, names: list[str], path: Path) -> str | None:
-    """The first of `names` the folder has (a folder of `train.txt` … as well as `ptb.train.txt` …)."""
+    """The first of `names` the folder has (a folder of `train.txt` … as well as `ptb.train.txt` …).
+    Only a file reported missing moves on to the next name; any other failure (no network, a
+    server error, a checksum mismatch) is the error line itself, naming the URL it hit."""
     for name in names[:-1]:
         try:
             return _fetch(folder + name, path)
-        except Failure as err:
-            if "checksum" in str(err):
-                raise
+        except Missing:
+            pass
     try:
         return _fetch(folder + names[-1], path)
-    except Failure as err:
+    except Missing as err:
         raise Failure(f"{folder} has none of {', '.join(names)} ({err})") from None
 
 
