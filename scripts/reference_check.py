@@ -4,7 +4,7 @@ yahoo10k with its own training script, and compare its test numbers with seqvae'
 
 Nothing of the reference's code is kept in this repository: ``yahoo10k`` copies a clean clone
 (``--he``) into a work directory outside the repository, applies the few documented text
-substitutions listed in ``PATCHES`` (each must match exactly once, otherwise it stops), writes
+substitutions listed in ``PATCHES`` (each must match its stated number of times, or it stops), writes
 a config module ``config/config_yahoo10k.py`` there, writes the yahoo10k split files in the
 format the reference's loader reads (one whitespace-tokenised text per line, words outside
 seqvae's 5,000-word training vocabulary already replaced by ``_UNK``), and runs the reference's
@@ -13,10 +13,13 @@ checkpoint) in a child process with one thread.  When it ends it writes ``metric
 ``per_text.csv``: per-text IW-NLL, observed, not changed, by wrapping ``VAE.nll_iw``) into
 ``--out``.
 
-    python scripts/reference_check.py yahoo10k --he /work/ref/he_clean --seed 1 \
+    python scripts/reference_check.py yahoo10k --he /work/ref/he_clean --seed 1 --he-commit <sha>
         --out docs/results/reference_yahoo10k/he/seed1
-    python scripts/reference_check.py compare \
+    python scripts/reference_check.py compare
         --ref docs/results/reference_yahoo10k/he --seqvae docs/results/yahoo10k_recipe20/last
+    python scripts/reference_check.py collect --out <run dir>   # metrics.json again from its log
+    python scripts/reference_check.py eval --out <run dir>      # re-test its best checkpoint
+                                                                # with text.py --eval
 
 ``compare`` gives, per metric, the unpaired difference reference - seqvae of the seed means
 with a Welch 95% interval (Welch-Satterthwaite degrees of freedom, Student-t quantile computed
@@ -240,72 +243,156 @@ def run_yahoo10k(a) -> int:
     env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1",
                REFCHECK_ARGV=json.dumps(argv), REFCHECK_IW_DUMP=str(iw_dump), PYTHONUNBUFFERED="1")
     env.pop("PYTHONPATH", None)
+    rc = run_child(work, env, log)
+    shutil.copy(log, out / "train.log")
+    metrics = build_metrics(parse_log(log.read_text()), rc, a.iw_samples)
+    add_per_text(metrics, iw_dump, work, data_dir, out)
+    metrics["wall_seconds"] = round(time.time() - t_start, 1)
+    return write_metrics(metrics, out)
+
+
+def run_child(work: Path, env: dict, log: Path, mode: str = "w") -> int:
+    """Run CHILD in `work`, copying its output to `log` with a timestamped line per validation."""
     t_child = time.time()
-    epochs, vals, tests, aus, iw, last_val_time, decays = 0, [], [], [], None, None, 0
-    with open(log, "w") as logf:
+    epochs = 0
+    with open(log, mode) as logf:
         proc = subprocess.Popen([sys.executable, "-u", "-c", CHILD], cwd=work, env=env,
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         logf.write(f"[reference_check] pid {proc.pid} started {time.strftime('%H:%M:%S')}\n")
         for line in proc.stdout:
             logf.write(line)
             m = EVAL_RE.search(line)
-            if m:
-                vals_ = [float(v) for v in m.groups()[1:]]
-                rec = dict(zip(["loss", "kl", "mi", "rec", "nll", "ppl"], vals_))
-                (vals if m.group(1) == "VAL" else tests).append(rec)
-                if m.group(1) == "VAL":
-                    epochs += 1
-                    last_val_time = time.time()
-                    logf.write(f"[reference_check] epoch {epochs} done at {time.strftime('%H:%M:%S')} "
-                               f"({last_val_time - t_child:.0f}s) val loss {rec['loss']:.3f} kl {rec['kl']:.4f} "
-                               f"mi {rec['mi']:.4f}\n")
-            m = AU_RE.search(line)
-            if m:
-                aus.append(int(m.group(1)))
-            m = IW_RE.search(line)
-            if m:
-                iw = (float(m.group(1)), float(m.group(2)))
-            if line.startswith("new lr"):
-                decays += 1
+            if m and m.group(1) == "VAL":
+                epochs += 1
+                logf.write(f"[reference_check] epoch {epochs} done at {time.strftime('%H:%M:%S')} "
+                           f"({time.time() - t_child:.0f}s) val loss {float(m.group(2)):.3f} "
+                           f"kl {float(m.group(3)):.4f} mi {float(m.group(4)):.4f}\n")
             logf.flush()
         rc = proc.wait()
         logf.write(f"[reference_check] exit {rc} at {time.strftime('%H:%M:%S')}\n")
-    shutil.copy(log, out / "train.log")
-    metrics = {"status": "ok" if rc == 0 and iw is not None else f"failed (exit {rc})", "exit_code": rc}
+    return rc
+
+
+EPOCH_RE = re.compile(r"^\[reference_check\] epoch (\d+) done at \S+ \((\d+)s\)")
+
+
+def parse_log(text: str) -> dict:
+    """VAL / TEST lines, AU lines (one after each), the IW line, lr decays, epoch times."""
+    vals, tests, aus, iw, decays, fit = [], [], [], None, 0, None
+    last_eval = None
+    for line in text.splitlines():
+        m = EVAL_RE.search(line)
+        if m:
+            rec = dict(zip(["loss", "kl", "mi", "rec", "nll", "ppl"], [float(v) for v in m.groups()[1:]]))
+            (vals if m.group(1) == "VAL" else tests).append(rec)
+            last_eval = m.group(1)
+        m = AU_RE.search(line)
+        if m and last_eval:
+            (vals if last_eval == "VAL" else tests)[-1]["au"] = int(m.group(1))
+        m = IW_RE.search(line)
+        if m:
+            iw = (float(m.group(1)), float(m.group(2)))
+        if line.startswith("new lr"):
+            decays += 1
+        m = EPOCH_RE.search(line)
+        if m:
+            fit = int(m.group(2))
+    return {"vals": vals, "tests": tests, "iw": iw, "decays": decays, "fit_seconds": fit}
+
+
+def build_metrics(p: dict, rc: int | None, iw_samples: int) -> dict:
+    vals, tests, iw = p["vals"], p["tests"], p["iw"]
+    ok = (rc in (0, None)) and iw is not None and tests and "au" in tests[-1]
+    metrics = {"status": "ok" if ok else f"failed (exit {rc})", "exit_code": rc}
     if vals:
         best = min(vals, key=lambda r: r["loss"])
-        metrics.update({"epochs": epochs, "val/best_loss": best["loss"],
-                        "val/best_epoch": vals.index(best) + 1, "val/au_per_epoch": aus[: len(vals)],
+        metrics.update({"epochs": len(vals), "val/best_loss": best["loss"],
+                        "val/best_epoch": vals.index(best) + 1,
                         "val/loss_per_epoch": [r["loss"] for r in vals], "val/kl_per_epoch": [r["kl"] for r in vals],
-                        "lr_decays": decays,
-                        "fit_seconds": round(last_val_time - t_child, 1)})
-    if iw is not None and tests:
+                        "val/mi_per_epoch": [r["mi"] for r in vals], "val/au_per_epoch": [r.get("au") for r in vals],
+                        "lr_decays": p["decays"], "fit_seconds": p["fit_seconds"]})
+    if ok:
         t = tests[-1]  # the last TEST line: text.py's final test() on the best checkpoint
         metrics.update({
-            "test/iw_nll": iw[0], "test/iw_ppl": iw[1], "iw_samples": a.iw_samples,
+            "test/iw_nll": iw[0], "test/iw_ppl": iw[1], "iw_samples": iw_samples,
             "test/kl": t["kl"], "test/mi": t["mi"], "test/rec": t["rec"], "test/elbo": t["loss"],
-            "test/elbo_ppl": t["ppl"], "test/au": aus[-1],
+            "test/elbo_ppl": t["ppl"], "test/au": t["au"],
         })
-    if iw_dump.exists():
-        d = json.loads(iw_dump.read_text())
-        recs = d["records"]
-        if recs:
-            metrics["eval_seconds_iw"] = round(time.time() - d["times"]["first_iw"], 1)
-        per_text = map_per_text(recs, work, data_dir)
-        if per_text:
-            vals_ = [v for _, v in per_text]
-            metrics["test/iw_nll_full_precision"] = sum(vals_) / len(vals_)
-            with open(out / "per_text.csv", "w", newline="") as f:
-                w = csv.writer(f)
-                w.writerow(["index", "iw_nll"])
-                for i, v in per_text:
-                    w.writerow([i, repr(v)])
-            metrics["per_text_file"] = "per_text.csv"
-    metrics["wall_seconds"] = round(time.time() - t_start, 1)
+    return metrics
+
+
+def add_per_text(metrics: dict, iw_dump: Path, work: Path, data_dir: Path, out: Path) -> None:
+    if not iw_dump.exists():
+        return
+    d = json.loads(iw_dump.read_text())
+    recs = d["records"]
+    if recs:
+        metrics["eval_seconds_iw"] = round(iw_dump.stat().st_mtime - d["times"]["first_iw"], 1)
+    per_text = map_per_text(recs, work, data_dir)
+    if per_text:
+        vals_ = [v for _, v in per_text]
+        metrics["test/iw_nll_full_precision"] = sum(vals_) / len(vals_)
+        metrics["test/iw_texts"] = len(vals_)
+        with open(out / "per_text.csv", "w", newline="") as f:
+            w = csv.writer(f)
+            w.writerow(["index", "iw_nll"])
+            for i, v in per_text:
+                w.writerow([i, repr(v)])
+        metrics["per_text_file"] = "per_text.csv"
+
+
+def write_metrics(metrics: dict, out: Path) -> int:
     metrics["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     (out / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
     print(json.dumps({k: v for k, v in metrics.items() if not k.endswith("per_epoch")}, indent=1))
     return 0 if metrics["status"] == "ok" else 1
+
+
+def run_collect(a) -> int:
+    """Rebuild metrics.json of a run from its log (e.g. the runner was killed after its child)."""
+    out = Path(a.out)
+    cfg = json.loads((out / "config.json").read_text())
+    work, log = Path(cfg["reference"]["work_dir"]), Path(cfg["log"])
+    data_dir = Path(cfg["data"]["train"]["file"]).parent
+    iw_samples = int(cfg["reference"]["argv"][cfg["reference"]["argv"].index("--iw_nsamples") + 1])
+    shutil.copy(log, out / "train.log")
+    metrics = build_metrics(parse_log(log.read_text()), None, iw_samples)
+    metrics["collected_from_log"] = True
+    add_per_text(metrics, work / "iw_records.json", work, data_dir, out)
+    return write_metrics(metrics, out)
+
+
+def run_eval(a) -> int:
+    """Test the saved best checkpoint again with text.py's own --eval mode (test(), calc_au,
+    calc_iwnll), e.g. when the training finished but the runner was stopped during the test.
+    Training numbers (val, epochs, decays, fit time) come from the training log."""
+    t_start = time.time()
+    out = Path(a.out)
+    cfg = json.loads((out / "config.json").read_text())
+    work, log = Path(cfg["reference"]["work_dir"]), Path(cfg["log"])
+    data_dir = Path(cfg["data"]["train"]["file"]).parent
+    argv = list(cfg["reference"]["argv"])
+    iw_samples = int(argv[argv.index("--iw_nsamples") + 1])
+    ckpts = sorted((work / "models" / "yahoo10k").glob("*.pt"))
+    if len(ckpts) != 1:
+        raise SystemExit(f"expected one checkpoint under {work}/models/yahoo10k, found {ckpts}")
+    argv += ["--eval", "--load_path", str(ckpts[0])]
+    eval_log = Path(str(log) + ".eval")
+    iw_dump = work / "iw_records_eval.json"
+    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1",
+               REFCHECK_ARGV=json.dumps(argv), REFCHECK_IW_DUMP=str(iw_dump), PYTHONUNBUFFERED="1")
+    env.pop("PYTHONPATH", None)
+    rc = run_child(work, env, eval_log)
+    train = parse_log(log.read_text())
+    test = parse_log(eval_log.read_text())
+    p = dict(train, tests=test["tests"], iw=test["iw"])
+    metrics = build_metrics(p, rc, iw_samples)
+    metrics["test_from"] = f"text.py --eval --load_path {ckpts[0]} (separate process; command: python {' '.join(sys.argv)})"
+    shutil.copy(log, out / "train.log")
+    shutil.copy(eval_log, out / "eval.log")
+    add_per_text(metrics, iw_dump, work, data_dir, out)
+    metrics["eval_wall_seconds"] = round(time.time() - t_start, 1)
+    return write_metrics(metrics, out)
 
 
 def map_per_text(recs, work: Path, data_dir: Path):
@@ -475,8 +562,12 @@ def main() -> int:
     c.add_argument("--ref", default=str(REPO / "docs/results/reference_yahoo10k/he"))
     c.add_argument("--seqvae", default=str(REPO / "docs/results/yahoo10k_recipe20/last"))
     c.add_argument("--json", help="also write the rows here")
+    for name, help_ in (("collect", "rebuild --out's metrics.json from its run's log"),
+                        ("eval", "re-test the saved best checkpoint with text.py --eval")):
+        e = sub.add_parser(name, help=help_)
+        e.add_argument("--out", required=True, help="the run's out dir (with its config.json)")
     a = ap.parse_args()
-    return run_yahoo10k(a) if a.cmd == "yahoo10k" else run_compare(a)
+    return {"yahoo10k": run_yahoo10k, "compare": run_compare, "collect": run_collect, "eval": run_eval}[a.cmd](a)
 
 
 if __name__ == "__main__":
