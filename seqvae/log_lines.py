@@ -84,35 +84,59 @@ class TestProgress(Callback):
 
         seqvae: test 40% (612/1000 texts)  20:05 elapsed  ~30:07 left
 
-    Work is counted as the padded tokens of each batch (texts × longest text), not texts or
-    batches: evaluation batches come in length order, so the last tenth of the texts is far
-    more than a tenth of the time, and "left" extrapolates the work done so far.
+    Work is counted as each batch's padded tokens (texts × longest text) times the decoder passes
+    they take, the K importance samples of the IW-NLL and the one of the reconstruction term
+    (`model.hparams.test_iw_samples`): not texts or batches, since evaluation batches come in
+    length order, so the last tenth of the texts is far more than a tenth of the time. "left"
+    extrapolates the work done so far.
+
+    Lines are at least `min_interval` seconds apart: a tenth crossed sooner than that after the
+    previous line (the first line comes when the quiet time ends, whatever the share, and the
+    next tenth may follow a second later) is skipped, and the next line waits for the next tenth.
     """
 
-    def __init__(self, quiet_seconds: float = 30.0):
-        self.quiet_seconds = quiet_seconds
+    def __init__(self, quiet_seconds: float = 30.0, min_interval: float = 10.0):
+        self.quiet_seconds, self.min_interval = quiet_seconds, min_interval
         self._total = self._done = self._texts = self._total_texts = 0
-        self._start, self._next = time.monotonic(), 0.1
+        self._passes = 1
+        self._start, self._next, self._last = time.monotonic(), 0.1, None
+
+    @staticmethod
+    def passes(pl_module) -> int:
+        """Decoder passes over each text at test: K importance samples and the reconstruction term's one."""
+        hparams = getattr(pl_module, "hparams", None)
+        k = getattr(hparams, "test_iw_samples", None) if hparams is not None else None
+        return 1 + (k if isinstance(k, int) and k > 0 else 0)
+
+    def work(self, texts: int, longest: int) -> int:
+        """A batch's work: its padded tokens times the decoder passes over them."""
+        return texts * longest * self._passes
 
     def on_test_epoch_start(self, trainer, pl_module):
         loaders = trainer.test_dataloaders
         loader = loaders[0] if isinstance(loaders, (list, tuple)) else loaders
         sampler, data = getattr(loader, "batch_sampler", None), getattr(loader, "dataset", None)
         batches = list(sampler) if sampler is not None and isinstance(data, IndexedTexts) else []
-        self._total = sum(len(b) * max(len(data.ids[i]) for i in b) for b in batches if b)
+        self._passes = self.passes(pl_module)
+        self._total = sum(self.work(len(b), max(len(data.ids[i]) for i in b)) for b in batches if b)
         self._total_texts = sum(len(b) for b in batches)
         self._done = self._texts = 0
-        self._start, self._next = time.monotonic(), 0.1
+        self._start, self._next, self._last = time.monotonic(), 0.1, None
 
     def on_test_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0):
         if not self._total or not trainer.is_global_zero:
             return
-        self._done += batch["tokens"].numel()
-        self._texts += int(batch["tokens"].size(0))
-        share, seconds = self._done / self._total, time.monotonic() - self._start
+        texts, longest = batch["tokens"].shape
+        self._done += self.work(int(texts), int(longest))
+        self._texts += int(texts)
+        now = time.monotonic()
+        share, seconds = self._done / self._total, now - self._start
         if share < self._next or share >= 1 or seconds < self.quiet_seconds:
             return
-        self._next = int(share * 10 + 1) / 10
+        self._next = int(share * 10 + 1) / 10  # this tenth is done with, printed or not
+        if self._last is not None and now - self._last < self.min_interval:
+            return
+        self._last = now
         left = seconds * (1 - share) / share
         print(
             f"seqvae: test {int(share * 100)}% ({self._texts}/{self._total_texts} texts)  "
