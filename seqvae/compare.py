@@ -24,6 +24,8 @@ Runs are compared only on the texts they were tested on (`test_texts_sha256` in 
 from before it was recorded count as tested on the same texts): a row whose runs were tested on
 different texts is named under the table, and a difference whose two sides (the runs it uses) were
 not all tested on the same texts is the difference of the means with no interval, named not comparable.
+A BN-VAE run whose metrics.json says its bound broke (`bn_bound`, `seqvae/bn_bound.py`) has the values
+of its posterior means (KL, AU, MI, IW-NLL, PPL, ...) marked † in its row and in differences it enters.
 """
 
 from __future__ import annotations
@@ -32,25 +34,31 @@ import argparse
 import csv
 import io
 import json
-import os
 import sys
 from pathlib import Path
 
 from .differences import DIFF_KEYS, DIFF_METRICS, MC_SE, add_differences, diff_cell, t975  # noqa: F401  (t975: API)
 from .plots import plot, read_curves, y_scale  # noqa: F401  (re-exported: compare's API)
 from .runs import (  # noqa: F401  (re-exported: compare's API)
+    BN_MARK,
+    BN_UNRELIABLE,
     DIGITS,
     HEADER,
     KEY,
     METRICS,
     MISSING,
     CompareError,
+    bn_broken,
+    bn_note,
+    commit_warning,
     find_runs,
     flatten,
     load_run,
     summarize,
     test_texts,
+    test_texts_notes,
     texts_digests,
+    write_curves,
 )
 
 
@@ -183,44 +191,6 @@ def common_settings_note(groups: list[dict], label_by: str) -> list[str]:
 # ---------------------------------------------------------------- notes and warnings
 
 
-def commit_warning(runs: list[dict]) -> str | None:
-    """One line when the runs do not all come from one clean commit (or do not say)."""
-    versions: dict[str, int] = {}
-    for r in runs:
-        p = r["metrics"].get("provenance")
-        commit = p.get("git_commit") if isinstance(p, dict) else None
-        name = "unknown" if not commit else str(commit)[:7] + ("+dirty" if p.get("git_dirty") else "")
-        versions[name] = versions.get(name, 0) + 1
-    if len(versions) == 1 and not any(v == "unknown" or v.endswith("+dirty") for v in versions):
-        return None
-    if list(versions) == ["unknown"]:
-        return f"none of the {len(runs)} runs records its commit (no provenance in metrics.json)"
-    listed = ", ".join(f"{v} ×{n}" for v, n in sorted(versions.items(), key=lambda kv: (kv[0] == "unknown", kv[0])))
-    what = f"{len(versions)} commits" if len(versions) > 1 else "1 commit"
-    why = []
-    if "unknown" in versions:
-        why.append("unknown: metrics.json has no provenance")
-    if any(v.endswith("+dirty") for v in versions):
-        why.append("+dirty: with uncommitted changes")
-    return f"runs come from {what} ({listed})" + (f"; {'; '.join(why)}" if why else "")
-
-
-def test_texts_notes(groups: list[dict]) -> list[str]:
-    """One line per row whose runs were tested on different texts (runs that do not record theirs aside)."""
-    lines = []
-    for g in groups:
-        digests = texts_digests(g["runs"])
-        if len(digests) < 2:
-            continue
-        unknown = sum(test_texts(r) is None for r in g["runs"])
-        aside = f"; {unknown} run(s) do not record it" if unknown else ""
-        lines.append(
-            f"{g['label']}: its {len(g['runs'])} runs were tested on {len(digests)} different sets of texts "
-            f"(test_texts_sha256 differ{aside}): its mean mixes test sets"
-        )
-    return lines
-
-
 def filled_in_notes(groups: list[dict]) -> list[str]:
     """One line per set of defaults filled into older configs, naming the rows (and runs) that lacked them."""
     by_keys: dict[str, list[str]] = {}
@@ -245,13 +215,21 @@ def filled_in_notes(groups: list[dict]) -> list[str]:
 
 
 def run_json(r: dict) -> dict:
-    return {
+    out = {
         "path": str(r["path"]),
         "seed": r["seed"],
         "provenance": r["metrics"].get("provenance"),
         "seeds": r["metrics"].get("seeds"),
         "filled_in": r["filled"],
     }
+    if "bn_bound" in r["metrics"]:  # BN-VAE runs that record their bound's check (`bn_bound.py`)
+        out["bn_bound"] = r["metrics"]["bn_bound"]
+    return out
+
+
+def unreliable(*groups: dict) -> tuple[str, ...]:
+    """The metric ids marked † in these groups' cells: BN_UNRELIABLE when a run of any of them broke BN-VAE's bound."""
+    return BN_UNRELIABLE if any(bn_broken(r) for g in groups for r in g["runs"]) else ()
 
 
 def render_json(groups: list[dict], pairings: list[str], warnings: list[str]) -> str:
@@ -259,10 +237,15 @@ def render_json(groups: list[dict], pairings: list[str], warnings: list[str]) ->
     for g in groups:
         row = {"label": g["label"], "n": len(g["runs"]), "baseline": g["baseline"], "runs": [run_json(r) for r in g["runs"]]}
         row.update(g["stats"])
+        if unreliable(g):
+            row["unreliable"] = list(unreliable(g))
         if "difference" in g:
             row["paired_by"] = g["paired_by"]
             row["pairing"] = g["pairing"]
             row["difference"] = g["difference"]
+            base = next(b for b in groups if b["baseline"])
+            for mid in set(unreliable(g, base)) & set(g["difference"]):
+                row["difference"][mid] = {**row["difference"][mid], "unreliable": True}
         rows.append(row)
     base = next((g["label"] for g in groups if g["baseline"]), None)
     doc = {"rows": rows, "baseline": base, "pairings": pairings, "warnings": warnings}
@@ -288,11 +271,11 @@ def render_csv(groups: list[dict]) -> str:
     return buf.getvalue()
 
 
-def cell(stat: dict, digits: int) -> str:
+def cell(stat: dict, digits: int, mark: bool = False) -> str:
     if stat["mean"] is None:
         return MISSING
     text = f"{stat['mean']:.{digits}f}"
-    return text if stat["std"] is None else f"{text} ± {stat['std']:.{digits}f}"
+    return (text if stat["std"] is None else f"{text} ± {stat['std']:.{digits}f}") + BN_MARK * mark
 
 
 def escape(label: str) -> str:
@@ -306,7 +289,7 @@ def render_table(groups: list[dict]) -> list[str]:
     headers += ["enc / dec updates", "train minutes"]
     lines = ["| run | n | " + " | ".join(headers) + " |", "|---" * (len(headers) + 2) + "|"]
     for g in groups:
-        cells = {mid: cell(g["stats"][mid], digits) for mid, _, _, digits in METRICS}
+        cells = {mid: cell(g["stats"][mid], digits, mid in unreliable(g)) for mid, _, _, digits in METRICS}
         updates = f"{cells.pop('encoder_updates')} / {cells.pop('decoder_updates')}"
         minutes = cells.pop("train_minutes")
         values = [cells[mid] for mid, _, _ in shown if mid in cells]
@@ -327,11 +310,13 @@ def render_differences(groups: list[dict]) -> list[str]:
         "|---" * (len(headers) + 3) + "|",
     ]
     for g in groups:
+        marked = unreliable(g, base)  # a difference is marked when either side's runs broke the bound
         if g["baseline"]:
-            cells = [cell(g["stats"][mid], DIGITS[mid]) for mid in DIFF_METRICS]
+            cells = [cell(g["stats"][mid], DIGITS[mid], mid in marked) for mid in DIFF_METRICS]
             label, paired = f"{escape(g['label'])} (baseline)", MISSING
         else:
             cells = [diff_cell(g["difference"].get(mid), DIGITS[mid]) for mid in DIFF_METRICS]
+            cells = [c + BN_MARK * (mid in marked and c != MISSING) for mid, c in zip(DIFF_METRICS, cells)]
             label, paired = escape(g["label"]), g["paired_by"]
         cells += [cell(g["stats"][mid], DIGITS[mid]) for mid in se_cols]
         lines.append(f"| {label} | {len(g['runs'])} | {paired} | " + " | ".join(cells) + " |")
@@ -345,31 +330,6 @@ def render_markdown(groups: list[dict], pairings: list[str], notes: list[str]) -
     if footer:
         lines += ["", *footer]
     return "\n".join(lines) + "\n"
-
-
-def write_curves(run_dir: Path, out: Path) -> int:
-    """Writes curves.csv (step, train/lr, epoch and every val/ scalar, one row per validation)
-    from the run's TensorBoard event files (a resumed run has several); returns the row count."""
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
-    scalars: dict[str, dict[int, float]] = {}
-    for events in sorted(run_dir.glob("events.out.tfevents.*")):
-        acc = EventAccumulator(str(events), size_guidance={"scalars": 0})
-        acc.Reload()
-        for tag in acc.Tags()["scalars"]:
-            scalars.setdefault(tag, {}).update({e.step: e.value for e in acc.Scalars(tag)})
-    val_tags = sorted(t for t in scalars if t.startswith("val/"))
-    extra = [t for t in ("train/lr", "train/wall_seconds", "epoch") if t in scalars]
-    steps = sorted(scalars.get("val/loss", {}))
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".tmp-{out.name}")
-    with open(tmp, "w", newline="") as f:
-        writer = csv.writer(f)
-        writer.writerow(["step", *extra, *val_tags])
-        for step in steps:
-            writer.writerow([step, *(scalars[t].get(step, "") for t in extra + val_tags)])
-    os.replace(tmp, out)
-    return len(steps)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -400,7 +360,7 @@ def main(argv: list[str] | None = None) -> int:
     except (CompareError, OSError) as err:
         print(f"seqvae compare: error: {err}", file=sys.stderr)
         return 2
-    notes = [*test_texts_notes(groups), *common_settings_note(groups, args.label), *filled_in_notes(groups)]
+    notes = [*test_texts_notes(groups), *common_settings_note(groups, args.label), *filled_in_notes(groups), *bn_note(groups)]
     commits = commit_warning([r for g in groups for r in g["runs"]])
     if commits:
         print(f"seqvae compare: warning: {commits}", file=sys.stderr)

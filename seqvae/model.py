@@ -17,14 +17,15 @@ import torch
 
 from . import generation, scoring
 from .aggressive import AggressiveTraining
+from .bn_bound import BNBoundCheck
 from .callbacks import EvalMemory, ExactResume, FitClock
-from .data import PAD_ID, UNK_ID, ConfigError, Vocabulary, load_checkpoint
+from .data import PAD_ID, UNK_ID, ConfigError, Vocabulary
 from .evaluation import EvalNoise, iw_chunk
 from .generation import Decoding, Generation, Predictor
 from .log_lines import EpochMean
 from .losses import BatchFreeBits, CosineDispersion, FreeBits, KLPenalty, Regularizer, StandardKL, gaussian_kl
 from .metrics import EvalMetrics, iw_log_weights, iw_nll_from_weights, iw_nll_standard_error, sample_posterior
-from .networks import Init, LSTMDecoder, LSTMEncoder, Pooling
+from .networks import Init, LSTMDecoder, LSTMEncoder, Pooling, pretrained_encoder
 from .options import MODEL_OPTIONS, check_option, check_strategy
 from .schedules import ConstantKL, CyclicalKL, KLSchedule, LinearKLWarmup
 
@@ -63,26 +64,6 @@ def check_finite(module, terms: dict, grad_norm: torch.Tensor) -> None:
         f"(epoch {module.trainer.current_epoch}, batch index {module._batch_idx}); "
         "weights not updated, the last checkpoint is kept"
     )
-
-
-def pretrained_encoder(path: str, encoder: torch.nn.Module, vocab: Vocabulary | None = None, mmap: bool = False) -> dict:
-    """The encoder weights of checkpoint `path` (`model.init_encoder_from`), refused in one line
-    unless every tensor has the shape `encoder`'s has and (given `vocab`) the vocabularies agree:
-    embeddings read through another vocabulary would be other words' vectors, silently."""
-    ckpt = load_checkpoint(path, "model.init_encoder_from", mmap=mmap)
-    if vocab is not None and "vocab" in ckpt:
-        if Vocabulary.from_str(ckpt["vocab"]).tokenizer.get_vocab() != vocab.tokenizer.get_vocab():
-            raise ConfigError(f"model.init_encoder_from: {path} was trained with another vocabulary than this run's data")
-    state = ckpt["state_dict"]
-    theirs = {k[len("encoder.") :]: v for k, v in state.items() if k.startswith("encoder.")}
-    for name, own in encoder.state_dict().items():
-        if name not in theirs or theirs[name].shape != own.shape:
-            found = tuple(theirs[name].shape) if name in theirs else "missing"
-            raise ConfigError(
-                f"model.init_encoder_from: {path}: encoder.{name} is {found} there, {tuple(own.shape)} here "
-                "(embed_dim, encoder_hidden_dim/hidden_dim, latent_dim, bn_gamma and the vocabulary must match)"
-            )
-    return theirs
 
 
 class SeqVAE(pl.LightningModule):
@@ -169,6 +150,7 @@ class SeqVAE(pl.LightningModule):
         self._noise: EvalNoise | None = None  # this evaluation pass's noise
         self.train_loss_mean = EpochMean()  # the epoch line's train/loss, kept in checkpoints
         self._batch_idx = 0  # for the NonFiniteError message
+        self.bn_bound: dict | None = None  # BN-VAE's bound at the last validation or test (BNBoundCheck)
 
     # ---------------------------------------------------------------- loss of one batch
     def kl_weight(self) -> float:
@@ -211,7 +193,7 @@ class SeqVAE(pl.LightningModule):
 
     def configure_callbacks(self):
         have = {type(c) for c in self.trainer.callbacks}  # fit's own test: already attached
-        return [c for c in (ExactResume(), FitClock(), EvalMemory()) if type(c) not in have]
+        return [c for c in (ExactResume(), FitClock(), EvalMemory(), BNBoundCheck()) if type(c) not in have]
 
     def _optimizers(self) -> list:
         return opts if isinstance(opts := self.optimizers(), list) else [opts]
@@ -347,7 +329,7 @@ class SeqVAE(pl.LightningModule):
         state = checkpoint.setdefault("seqvae", {})  # ExactResume adds the RNG states
         state.update(num_updates=self.num_updates, encoder_updates=self.encoder_updates)
         state.update(decoder_updates=self.decoder_updates, fit_seconds=self.fit_seconds)
-        state["train_loss_mean"] = self.train_loss_mean.state_dict()
+        state["train_loss_mean"], state["bn_bound"] = self.train_loss_mean.state_dict(), self.bn_bound
         if self.aggressive is not None:
             state["aggressive"] = self.aggressive.state_dict()
         if self.vocab is not None:
@@ -359,10 +341,15 @@ class SeqVAE(pl.LightningModule):
         self.encoder_updates, self.decoder_updates = state.get("encoder_updates", 0), state.get("decoder_updates", 0)
         if "train_loss_mean" in state:
             self.train_loss_mean.load_state_dict(state["train_loss_mean"])
+        self.bn_bound = state.get("bn_bound")
         if self.aggressive is not None and "aggressive" in state:
             self.aggressive.load_state_dict(state["aggressive"])
         if "vocab" in checkpoint:
             self.vocab = Vocabulary.from_str(checkpoint["vocab"])
+
+    def run_flags(self) -> dict:
+        """Keys for the run's metrics.json that qualify its numbers: BN-VAE's `bn_bound` (`bn_bound.py`)."""
+        return {} if self.encoder is None or self.encoder.mean_norm is None else {"bn_bound": self.bn_bound}
 
     # ---------------------------------------------------------------- Python API
     def features(self, texts: list[str], batch_size: int = 64) -> torch.Tensor:

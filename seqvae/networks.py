@@ -14,6 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .data import ConfigError, Vocabulary, load_checkpoint
 from .fused_ce import linear_cross_entropy
 
 Pooling = Literal["last", "avg", "max", "abs"]
@@ -122,6 +123,26 @@ class LSTMEncoder(nn.Module):
             else:
                 mu = bn(mu)
         return mu, logvar, h
+
+
+def pretrained_encoder(path: str, encoder: torch.nn.Module, vocab: Vocabulary | None = None, mmap: bool = False) -> dict:
+    """The encoder weights of checkpoint `path` (`model.init_encoder_from`), refused in one line
+    unless every tensor has the shape `encoder`'s has and (given `vocab`) the vocabularies agree:
+    embeddings read through another vocabulary would be other words' vectors, silently."""
+    ckpt = load_checkpoint(path, "model.init_encoder_from", mmap=mmap)
+    if vocab is not None and "vocab" in ckpt:
+        if Vocabulary.from_str(ckpt["vocab"]).tokenizer.get_vocab() != vocab.tokenizer.get_vocab():
+            raise ConfigError(f"model.init_encoder_from: {path} was trained with another vocabulary than this run's data")
+    state = ckpt["state_dict"]
+    theirs = {k[len("encoder.") :]: v for k, v in state.items() if k.startswith("encoder.")}
+    for name, own in encoder.state_dict().items():
+        if name not in theirs or theirs[name].shape != own.shape:
+            found = tuple(theirs[name].shape) if name in theirs else "missing"
+            raise ConfigError(
+                f"model.init_encoder_from: {path}: encoder.{name} is {found} there, {tuple(own.shape)} here "
+                "(embed_dim, encoder_hidden_dim/hidden_dim, latent_dim, bn_gamma and the vocabulary must match)"
+            )
+    return theirs
 
 
 class LSTMDecoder(nn.Module):

@@ -5,6 +5,7 @@ keys say what a run is (grouping) and which only how it was launched (ignored).
 
 from __future__ import annotations
 
+import csv
 import glob
 import json
 import math
@@ -180,3 +181,98 @@ def summarize(runs: list[dict], key: str) -> dict:
         "mean": statistics.fmean(values) if values else None,
         "std": statistics.stdev(values) if len(values) > 1 else None,
     }
+
+
+# ---------------------------------------------------------------- notes and warnings
+
+
+def commit_warning(runs: list[dict]) -> str | None:
+    """One line when the runs do not all come from one clean commit (or do not say)."""
+    versions: dict[str, int] = {}
+    for r in runs:
+        p = r["metrics"].get("provenance")
+        commit = p.get("git_commit") if isinstance(p, dict) else None
+        name = "unknown" if not commit else str(commit)[:7] + ("+dirty" if p.get("git_dirty") else "")
+        versions[name] = versions.get(name, 0) + 1
+    if len(versions) == 1 and not any(v == "unknown" or v.endswith("+dirty") for v in versions):
+        return None
+    if list(versions) == ["unknown"]:
+        return f"none of the {len(runs)} runs records its commit (no provenance in metrics.json)"
+    listed = ", ".join(f"{v} ×{n}" for v, n in sorted(versions.items(), key=lambda kv: (kv[0] == "unknown", kv[0])))
+    what = f"{len(versions)} commits" if len(versions) > 1 else "1 commit"
+    why = []
+    if "unknown" in versions:
+        why.append("unknown: metrics.json has no provenance")
+    if any(v.endswith("+dirty") for v in versions):
+        why.append("+dirty: with uncommitted changes")
+    return f"runs come from {what} ({listed})" + (f"; {'; '.join(why)}" if why else "")
+
+
+def test_texts_notes(groups: list[dict]) -> list[str]:
+    """One line per row whose runs were tested on different texts (runs that do not record theirs aside)."""
+    lines = []
+    for g in groups:
+        digests = texts_digests(g["runs"])
+        if len(digests) < 2:
+            continue
+        unknown = sum(test_texts(r) is None for r in g["runs"])
+        aside = f"; {unknown} run(s) do not record it" if unknown else ""
+        lines.append(
+            f"{g['label']}: its {len(g['runs'])} runs were tested on {len(digests)} different sets of texts "
+            f"(test_texts_sha256 differ{aside}): its mean mixes test sets"
+        )
+    return lines
+
+
+# ---------------------------------------------------------------- BN-VAE runs whose bound broke
+
+# The metrics of the posterior means that BN-VAE's BatchNorm feeds; in a run whose bound broke
+# (metrics.json `bn_bound`, `seqvae/bn_bound.py`) they are not BN-VAE's and are marked.
+BN_UNRELIABLE = ("iw_nll", "neg_elbo", "kl", "mi", "mi_dataset", "au", "mu_erank", "iw_ppl")
+BN_MARK = "†"
+
+
+def bn_broken(run: dict) -> bool:
+    record = run["metrics"].get("bn_bound")
+    return isinstance(record, dict) and record.get("broken") is True
+
+
+def bn_note(groups: list[dict]) -> list[str]:
+    """The footnote of the † marks: the rows (and runs) whose BN-VAE bound broke."""
+    which = []
+    for g in groups:
+        broken = [r for r in g["runs"] if bn_broken(r)]
+        if broken:
+            runs = f"all {len(broken)}" if len(broken) == len(g["runs"]) else ", ".join(r["path"].name for r in broken)
+            which.append(f"{g['label']} ({runs})" if len(g["runs"]) > 1 else g["label"])
+    if not which:
+        return []
+    return [
+        f"{BN_MARK} BN-VAE bound broken in runs {'; '.join(which)}: see metrics.json bn_bound; "
+        "their KL, AU, MI, IW-NLL, PPL, −ELBO and μ erank are not BN-VAE's (raw means vary by less than 10·bn_eps)"
+    ]
+
+
+def write_curves(run_dir: Path, out: Path) -> int:
+    """Writes curves.csv (step, train/lr, epoch and every val/ scalar, one row per validation)
+    from the run's TensorBoard event files (a resumed run has several); returns the row count."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    scalars: dict[str, dict[int, float]] = {}
+    for events in sorted(run_dir.glob("events.out.tfevents.*")):
+        acc = EventAccumulator(str(events), size_guidance={"scalars": 0})
+        acc.Reload()
+        for tag in acc.Tags()["scalars"]:
+            scalars.setdefault(tag, {}).update({e.step: e.value for e in acc.Scalars(tag)})
+    val_tags = sorted(t for t in scalars if t.startswith("val/"))
+    extra = [t for t in ("train/lr", "train/wall_seconds", "epoch") if t in scalars]
+    steps = sorted(scalars.get("val/loss", {}))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".tmp-{out.name}")
+    with open(tmp, "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["step", *extra, *val_tags])
+        for step in steps:
+            writer.writerow([step, *(scalars[t].get(step, "") for t in extra + val_tags)])
+    os.replace(tmp, out)
+    return len(steps)
