@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import sys
 import warnings
 from pathlib import Path
@@ -21,8 +22,10 @@ from pytorch_lightning.loggers import TensorBoardLogger
 from .allocator import reuse_freed_memory
 from .callbacks import LatentDimensions, PeriodicCheckpoint, PlateauRule, TextSamples
 from .commands import main  # noqa: F401  (the entry point; `seqvae.cli.main` kept for scripts and tests)
+from .config_sources import check_config_files, file_setting, integer_limits, settle_splits
 from .data import CorpusError, TextDataModule, Vocabulary, load_checkpoint
 from .generation import lines_of_file
+from .hints import data_line, fallback_warnings, unk_rate_hint
 from .log_lines import EpochLine, TestProgress
 from .model import AGGRESSIVE_DDP, ConfigError, NonFiniteError, SeqVAE, pretrained_encoder
 from .options import check_parsed
@@ -159,23 +162,6 @@ class SeqVAECLI(LightningCLI):
         if isinstance(seed, int) and not isinstance(seed, bool) and not 0 <= seed < 2**32:  # before Lightning's traceback
             raise ConfigError(f"seed_everything: must be in [0, 2**32 - 1], got {seed}")
 
-    def _given(self, option: str) -> bool:
-        """Whether the command line itself (not a --config file) sets this option."""
-        return any(a == option or a.startswith(option + "=") for a in self._command_line)
-
-    def _line_ranges_follow_files(self, cfg) -> None:
-        """A split file given on the command line drops the config's line range for that split
-        (a range belongs to its file: yahoo10k's `train_lines: 1-8000` is no range of yours)
-        unless the range is given too. A val/test split without a file of its own reads the
-        training file, so its range goes with the training file's: yahoo10k's `val_lines:
-        8001-9000` of your file would be texts it trains on."""
-        data = cfg.get("data")
-        for split in ("train", "val", "test") if data is not None else ():
-            own_file = self._given(f"--data.{split}")
-            follows_train = split != "train" and data.get(split) is None and self._given("--data.train")
-            if (own_file or follows_train) and not self._given(f"--data.{split}_lines"):
-                data[f"{split}_lines"] = None
-
     def _scoring_data(self, cfg) -> None:
         """validate/test/predict of a checkpoint: the vocabulary comes from the checkpoint (the
         training text is not needed)."""
@@ -214,7 +200,10 @@ class SeqVAECLI(LightningCLI):
             raise ConfigError(f"ckpt_path: no such checkpoint file {ckpt}")
         if cfg.get("model") is not None and cfg.get("data") is not None:
             check_parsed(cfg["model"], cfg["data"])  # an out-of-range number stops before any data file is read
-        self._line_ranges_follow_files(cfg)
+        self._check_save_dir(cfg)
+        if cfg.get("data") is not None:
+            for line in settle_splits(cfg["data"], self._command_line):
+                print(line, file=sys.stderr)
         if self.subcommand in ("validate", "test", "predict"):
             self._scoring_data(cfg)
             self._beside_a_finished_run(cfg)
@@ -228,6 +217,23 @@ class SeqVAECLI(LightningCLI):
         aggressive = cfg["model"].get("aggressive") if cfg.get("model") is not None else None
         if aggressive is not None and aggressive.get("init_args") is not None and aggressive["init_args"].get("seed") is None:
             aggressive["init_args"]["seed"] = seed
+
+    @staticmethod
+    def _check_save_dir(cfg) -> None:
+        """A logger directory under a file (`save_dir: notes.txt`) is refused in one line before
+        any data is read (it surfaced as NotADirectoryError after the data and a run line)."""
+        logger = (cfg.get("trainer") or {}).get("logger")
+        args = getattr(logger, "init_args", None)
+        save_dir = args.get("save_dir") if args is not None else None
+        if not save_dir:
+            return
+        for path in (Path(save_dir), *Path(save_dir).parents):
+            if path.exists() and not path.is_dir():
+                raise ConfigError(f"trainer.logger.init_args.save_dir: {path} is a file, not a directory (save_dir {save_dir})")
+
+    def instantiate_trainer(self, **kwargs):
+        # `limit_*_batches: 1` is one batch, not the 100% that jsonargparse's float 1.0 means to Lightning.
+        return super().instantiate_trainer(**{**integer_limits(self._command_line), **kwargs})
 
     def _refuse_a_finished_run_directory(self) -> None:
         """`fit` into a run directory that already holds a run, without `--ckpt_path` to resume it:
@@ -255,16 +261,42 @@ class SeqVAECLI(LightningCLI):
                 "training data (and data.* options) the run started with"
             )
 
+    def _report_data(self, splits) -> None:
+        """The data lines `fit`, `validate` and `test` print: texts, tokens, unk rate, skipped lines,
+        and the warnings of a split read with another unknown token or from another corpus."""
+        dm = self.datamodule
+        if not self.trainer.is_global_zero:
+            return
+        summary = dm.summary()
+        for split in splits:
+            print(data_line(split, summary[split]), file=sys.stderr)
+        if "train" not in splits:  # scoring a checkpoint: its vocabulary's unknown token
+            for split in splits:
+                dm.unk_hint(split)
+        train_rate = summary["train"]["unk_rate"] if "train" in summary else (dm.vocab.reading or {}).get("train_unk_rate")
+        for split in splits:
+            hint = unk_rate_hint(split, summary[split], train_rate) if split != "train" else None
+            if hint is not None:
+                print(f"seqvae: warning: {hint}", file=sys.stderr)
+        print(f"seqvae: vocabulary {dm.vocab_size} ids; run directory {self.trainer.log_dir}", file=sys.stderr)
+
     def before_validate(self):
         self.datamodule.read_splits(["val"])  # a bad file stops here, before the run directory exists
+        self._report_data(("val",))
 
     def before_test(self):
         self.datamodule.read_splits(["test"])
+        self._report_data(("test",))
         if not self.trainer.progress_bar_callback:
             self.trainer.callbacks.append(TestProgress())
 
     def before_predict(self):
-        self.datamodule.predict_corpus()  # a bad input file stops here, before the run directory exists
+        dm = self.datamodule
+        dm.prior_only = self.model.generation.mode == "sample"
+        if not dm.prior_only and (dm.hparams.predict or dm.splits["test"] is not None):
+            # A bad input file stops here, before the run directory exists.
+            dm.predict_corpus() if dm.hparams.predict else dm.read_splits(["test"])
+            self._report_data(("predict",) if dm.hparams.predict else ("test",))
         # Before Lightning launches the other ranks, so a single clear line, not a rank crash.
         if self.trainer.world_size > 1:
             raise ConfigError("trainer.strategy/devices: predict runs on one device (it writes one file in input order)")
@@ -301,25 +333,10 @@ class SeqVAECLI(LightningCLI):
                     cb.resuming = True
         for split in ("train", "val", "test"):  # read now if data.vocab deferred them: errors before any file
             self.datamodule.split_ids(split)
-        if not self.trainer.is_global_zero:
-            return
-        summary = self.datamodule.summary()
-        for split, s in summary.items():
-            print(
-                f"seqvae: {split}: {s['texts']} texts, {s['predicted_tokens']} predicted tokens, "
-                f"unk {100 * s['unk_rate']:.2f}%, {s['empty_lines_skipped']} empty and "
-                f"{s['too_long_skipped']} too-long lines skipped",
-                file=sys.stderr,
-            )
-        print(f"seqvae: vocabulary {self.datamodule.vocab_size} ids; run directory {self.trainer.log_dir}", file=sys.stderr)
-        h = self.datamodule.hparams
-        for split, use in (("val", "validation and the choice of the best checkpoint"), ("test", "the test metrics")):
-            if h[split] is None and h[f"{split}_lines"] == h.train_lines:  # the fallback: the training texts themselves
-                print(
-                    f"seqvae: warning: data.{split} is not given: {use} read the training texts; "
-                    f"give --data.{split} FILE or --data.{split}_lines FIRST-LAST",
-                    file=sys.stderr,
-                )
+        self._report_data(("train", "val", "test"))
+        if self.trainer.is_global_zero:
+            for line in fallback_warnings(self.datamodule.splits):
+                print(f"seqvae: warning: {line}", file=sys.stderr)
 
     def after_fit(self):
         if self.trainer.interrupted:
@@ -388,14 +405,15 @@ class SeqVAECLI(LightningCLI):
             "aggressive.seed": m.aggressive.seed if m.aggressive is not None else None,
             "eval_seed": m.hparams.eval_seed,
         }
+        metrics.update(m.run_flags())  # warnings about this run's numbers (e.g. BN-VAE's bound), for compare
         metrics["provenance"] = provenance(["seqvae", *self._command_line])
-        files, rows = {}, m.last_test_rows
+        files, rows, test = {}, m.last_test_rows, self.datamodule.corpora["test"]
         # metrics.json marks a complete set: a per_text.csv without its metrics.json (a kill
         # between the two writes) is the unfinished half of this set and is replaced.
         n = free_number([run_dir / "metrics.json"])
         if rows is not None and len(rows["index"]):
             metrics["per_text_file"] = numbered(run_dir / "per_text.csv", n).name
-            files[run_dir / "per_text.csv"] = per_text_csv(rows, self.datamodule.corpora["test"].line_numbers)
+            files[run_dir / "per_text.csv"] = per_text_csv(rows, test.line_numbers, test.labels)
         files[run_dir / "metrics.json"] = json.dumps(metrics, indent=2, sort_keys=True) + "\n"
         path = write_new_files(files, n)[run_dir / "metrics.json"]
         log_hparams(self.trainer.logger, run_hparams(m, cfg.get("seed_everything")), metrics)
@@ -417,24 +435,6 @@ def quiet_known_noise() -> None:
     torch's deprecated LeafSpec (fixed in Lightning, not ours to act on). Real warnings stay."""
     logging.getLogger("pytorch_lightning.utilities.rank_zero").addFilter(_NoAdverts())
     warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated", category=FutureWarning)
-
-
-def check_config_files(argv: list[str]) -> None:
-    """A YAML syntax error in a `--config` file, named with its file, line and column:
-    jsonargparse reports it as found in "<unicode string>", without the file's name."""
-    import yaml
-
-    given = [b for a, b in zip(argv, argv[1:]) if a in ("--config", "-c")]
-    given += [a.split("=", 1)[1] for a in argv if a.startswith("--config=")]
-    for path in given:
-        if not Path(path).is_file():  # jsonargparse's own error names a missing file
-            continue
-        try:
-            yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-        except yaml.YAMLError as err:
-            mark = getattr(err, "problem_mark", None)
-            where = f":{mark.line + 1}:{mark.column + 1}" if mark is not None else ""
-            raise ConfigError(f"--config {path}{where}: not valid YAML ({getattr(err, 'problem', None) or err})") from None
 
 
 class _Parsed(Exception):
@@ -476,6 +476,10 @@ def run_lightning(argv: list[str] | None = None) -> None:
         SeqVAECLI(args=argv)
     except (CorpusError, ArgumentError, ConfigError, NonFiniteError) as err:
         message = " ".join(str(err).split())  # one line, whatever jsonargparse nested
+        unknown = re.search(r"does not accept option '([\w.]+)'", message)
+        written_in = file_setting(list(argv) if argv is not None else sys.argv[1:], unknown[1]) if unknown else None
+        if written_in is not None:  # jsonargparse names the key, not the file that holds it
+            message += f" (in --config {written_in})"
         print(f"seqvae: error: {message}", file=sys.stderr)
         sys.exit(2)
 

@@ -13,6 +13,7 @@ import codecs
 import hashlib
 import json
 import os
+import re
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,6 +23,9 @@ from tokenizers import Tokenizer
 from tokenizers.models import WordLevel
 from tokenizers.pre_tokenizers import WhitespaceSplit
 
+from .errors import ConfigError, CorpusError  # noqa: F401  (seqvae.corpus.CorpusError: where they were first defined)
+from .splits import parse_line_range
+
 PAD, BOS, EOS = "<pad>", "<s>", "</s>"
 PAD_ID, BOS_ID, EOS_ID, UNK_ID = 0, 1, 2, 3
 
@@ -30,14 +34,6 @@ def run_seed() -> int:
     """The run's seed, `seed_everything` (Lightning exports it as PL_GLOBAL_SEED); 0 if none
     was set. Every seed left unset defaults to it, so that a run's seed varies everything."""
     return int(os.environ.get("PL_GLOBAL_SEED", 0))
-
-
-class CorpusError(ValueError):
-    """Bad input data; the message names the file (and line) and is printed as one line."""
-
-
-class ConfigError(ValueError):
-    """A combination of options this toolkit refuses; the message names the option."""
 
 
 @dataclass
@@ -56,9 +52,15 @@ class Corpus:
     n_odd_label: int = 0  # kept lines with a tab whose part before it is not one short token
     first_odd_label_line: int | None = None
     lines_read: tuple[int, int] = (1, 0)  # the 1-based, inclusive span of file lines read
+    # The first whitespace-separated token of each kept line (before any label is taken off),
+    # counted where it looks like a class label (`3`, `-1`, `__label__pos`): a `label text`
+    # corpus read without labels shows as most lines starting with a handful of such values.
+    first_tokens: Counter = field(default_factory=Counter)
+    n_first_label_like: int = 0
 
 
 LABEL_MAX_CHARS = 32  # a class label, not a text: `5`, `pos`, `__label__sports`
+LABEL_LIKE = re.compile(r"^(?:[+-]?\d{1,3}|__label__\S+)$")  # a first token that looks like a label
 
 
 def texts_digest(texts: list[list[str]]) -> str:
@@ -71,25 +73,25 @@ def texts_digest(texts: list[list[str]]) -> str:
     return h.hexdigest()
 
 
-def parse_line_range(spec: str | list[int] | tuple[int, int] | None) -> tuple[int, int] | None:
-    """'1-8000' or [1, 8000] -> (1, 8000), 1-based and inclusive."""
-    if spec is None:
+LABEL_FORMATS = ("tab", "first_token")
+
+
+def label_format(label_column) -> str | None:
+    """data.label_column as a format: None (no labels), 'tab' (`label<TAB>text`; `true`, the
+    older spelling) or 'first_token' (`label text`, the label being the first token)."""
+    if label_column is True:
+        return "tab"
+    if label_column in (False, None, "none"):
         return None
-    if isinstance(spec, str):
-        parts = spec.replace(":", "-").split("-")
-        if len(parts) != 2 or not all(p.strip().isdigit() for p in parts):
-            raise CorpusError(f"line range {spec!r}: expected 'FIRST-LAST', e.g. '1-8000'")
-        spec = (int(parts[0]), int(parts[1]))
-    first, last = int(spec[0]), int(spec[1])
-    if first < 1 or last < first:
-        raise CorpusError(f"line range {first}-{last}: need 1 <= FIRST <= LAST")
-    return first, last
+    if label_column not in LABEL_FORMATS:
+        raise ConfigError(f"data.label_column: expected false, tab (or true) or first_token, got {label_column!r}")
+    return label_column
 
 
 def read_corpus(
     path: str | Path,
     lines: str | list[int] | tuple[int, int] | None = None,
-    label_column: bool = False,
+    label_column: bool | str = False,
     max_length: int | None = None,
 ) -> Corpus:
     """Reads one text per line. Empty lines are skipped and counted, never an error.
@@ -101,6 +103,7 @@ def read_corpus(
     if not path.is_file():
         raise CorpusError(f"{path}: {'a directory, not a file' if path.is_dir() else 'no such file'}")
     span = parse_line_range(lines)
+    labels = label_format(label_column)
     raw = path.read_bytes()
     # Windows editors write a byte-order mark; left in, it would glue U+FEFF to the first word.
     raw = raw.removeprefix(codecs.BOM_UTF8)
@@ -123,12 +126,18 @@ def read_corpus(
         if has_tab:
             head, rest = text.split("\t", 1)
             label_like = rest.strip() != "" and 0 < len(head.strip()) <= LABEL_MAX_CHARS and len(head.split()) == 1
-            if label_column:
+            if labels == "tab":
                 label, text = head, rest
         tokens = text.split()
+        first = tokens[0] if tokens else None
+        if labels == "first_token" and tokens:
+            label, tokens = tokens[0], tokens[1:]  # a line holding only a label has no text: empty
         if not tokens:
             corpus.n_empty += 1
             continue
+        if first is not None and LABEL_LIKE.match(first):
+            corpus.n_first_label_like += 1
+            corpus.first_tokens[first] += 1
         if max_length is not None and len(tokens) > max_length:
             corpus.n_too_long += 1
             continue
@@ -165,9 +174,13 @@ class Vocabulary:
     not registered as "added tokens" either, which would split a word such as `a<s>b`.
     """
 
-    def __init__(self, tokenizer: Tokenizer, unk_token: str):
+    def __init__(self, tokenizer: Tokenizer, unk_token: str, reading: dict | None = None):
         self.tokenizer = tokenizer
         self.unk_token = unk_token
+        # How the training text was read into words (`data.label_column`), saved with the id map
+        # (vocab.json, and so every checkpoint) so that scoring a checkpoint reads text as its
+        # training did. None: a vocabulary saved before seqvae recorded it.
+        self.reading = reading
         self._id_to_token = {i: t for t, i in tokenizer.get_vocab().items()}
 
     @classmethod
@@ -177,6 +190,7 @@ class Vocabulary:
         unk_token: str = "<unk>",
         min_freq: int = 1,
         max_size: int | None = None,
+        reading: dict | None = None,
     ) -> Vocabulary:
         counts = Counter(tok for text in texts for tok in text)
         for special in (PAD, BOS, EOS, unk_token):
@@ -189,7 +203,7 @@ class Vocabulary:
         vocab.update({w: i for i, w in enumerate(words, start=len(vocab))})
         tokenizer = Tokenizer(WordLevel(vocab, unk_token=unk_token))
         tokenizer.pre_tokenizer = WhitespaceSplit()
-        return cls(tokenizer, unk_token)
+        return cls(tokenizer, unk_token, reading)
 
     def __len__(self) -> int:
         return self.tokenizer.get_vocab_size()
@@ -215,12 +229,15 @@ class Vocabulary:
         return " ".join(words)
 
     def to_str(self) -> str:
-        return json.dumps({"unk_token": self.unk_token, "tokenizer": json.loads(self.tokenizer.to_str())})
+        d = {"unk_token": self.unk_token, "tokenizer": json.loads(self.tokenizer.to_str())}
+        if self.reading is not None:
+            d["reading"] = self.reading
+        return json.dumps(d)
 
     @classmethod
     def from_str(cls, s: str) -> Vocabulary:
         d = json.loads(s)
-        return cls(Tokenizer.from_str(json.dumps(d["tokenizer"])), d["unk_token"])
+        return cls(Tokenizer.from_str(json.dumps(d["tokenizer"])), d["unk_token"], d.get("reading"))
 
     def save(self, path: str | Path) -> None:
         Path(path).write_text(self.to_str())
@@ -261,58 +278,6 @@ class IndexedTexts(torch.utils.data.Dataset):
         return i, self.ids[i]
 
 
-UNK_SPELLINGS = ("<unk>", "_UNK", "UNK", "<UNK>", "[UNK]", "@@UNKNOWN@@", "<oov>", "OOV")
-
-
-def unk_token_hint(texts: list[list[str]], unk_token: str) -> str | None:
-    """A one-line warning when the configured unknown token never occurs in the training text
-    but another common spelling of it does (a corpus prepared with `<unk>` read with `_UNK`
-    would make `<unk>` an ordinary word and report an unknown rate of 0); else None."""
-    counts = Counter(tok for text in texts for tok in text if tok in UNK_SPELLINGS or tok == unk_token)
-    if counts[unk_token]:
-        return None
-    found = [(c, w) for w, c in counts.items() if w != unk_token]
-    if not found:
-        return None
-    n, word = max(found)
-    return (
-        f"data.unk_token is {unk_token!r}, which never occurs in the training text, but {word!r} occurs {n} times: "
-        f"if {word!r} is this corpus's unknown token, set --data.unk_token '{word}'"
-    )
-
-
-def label_column_hint(corpus: Corpus, label_column: bool) -> str | None:
-    """A one-line warning when `data.label_column` looks wrong for this file, or for some of its
-    lines: it is off but lines start with `label<TAB>` (the label would be read as the text's
-    first word); it is on but lines hold no tab (read as text with no label), or the part before
-    the tab is not one short token (a tab inside the text: its first words would be dropped as
-    a label); else None. A file that mixes them is what a user's export script leaves behind."""
-    n, path = len(corpus.texts), corpus.path
-    if not label_column and corpus.n_label_like:
-        return (
-            f"{path}: {corpus.n_label_like} of {n} lines start with a label column "
-            f"({corpus.first_label!r}<TAB>text, first at line {corpus.first_label_line}) that is read as "
-            "the text's first word; if it is a label, set --data.label_column true"
-        )
-    if not label_column:
-        return None
-    if corpus.n_tab == 0:
-        return f"{path}: data.label_column is true but no line holds a tab: every line is read as text, none has a label"
-    problems = []  # a file can have both: each is said, in the one line
-    if corpus.n_tab < n:
-        problems.append(
-            f"{n - corpus.n_tab} of {n} lines hold no tab (first at line {corpus.first_untabbed_line}): "
-            "they are read as text with no label"
-        )
-    if corpus.n_odd_label:
-        problems.append(
-            f"on {corpus.n_odd_label} of {n} lines the part before the tab is not one short label (first at line "
-            f"{corpus.first_odd_label_line}): it is dropped as the label; if the tab is part of the text, set "
-            "--data.label_column false"
-        )
-    return f"{path}: data.label_column is true but {'; and '.join(problems)}" if problems else None
-
-
 def load_vocabulary(path: str | Path) -> Vocabulary:
     """The vocabulary of a run: its `vocab.json`, or the one saved inside a checkpoint."""
     path = Path(path)
@@ -348,5 +313,11 @@ def load_checkpoint(path: str | Path, option: str, map_location="cpu", **kwargs)
             f"{option}: {path}: refused to load (it carries objects other than weights and seqvae's settings; "
             f"only load checkpoints you trust with torch.load(weights_only=False) yourself): {first}"
         ) from None
-    except (RuntimeError, EOFError) as err:
-        raise CorpusError(f"{option}: {path}: not a readable checkpoint ({' '.join(str(err).split())[:200]})") from None
+    except (RuntimeError, EOFError, ValueError):
+        # torch's own text names its zip reader's internals (`PytorchStreamReader failed reading
+        # zip archive: failed finding central directory`), not what is wrong with the file.
+        size = Path(path).stat().st_size
+        raise CorpusError(
+            f"{option}: {path}: not a readable checkpoint ({size} bytes: truncated, or not a file written by "
+            "torch.save / seqvae fit)"
+        ) from None

@@ -14,29 +14,12 @@ import pytorch_lightning as pl
 import torch
 from torch.utils.data import DataLoader, Sampler
 
-from .corpus import (  # noqa: F401  (re-exported: the names a user of the data layer needs)
-    BOS,
-    BOS_ID,
-    EOS,
-    EOS_ID,
-    PAD,
-    PAD_ID,
-    UNK_ID,
-    ConfigError,
-    Corpus,
-    CorpusError,
-    IndexedTexts,
-    Vocabulary,
-    collate,
-    label_column_hint,
-    load_checkpoint,
-    load_vocabulary,
-    parse_line_range,
-    read_corpus,
-    run_seed,
-    texts_digest,
-    unk_token_hint,
-)
+# The names a user of the data layer needs, re-exported (`from seqvae.data import BOS_ID`).
+from .corpus import BOS, BOS_ID, EOS, EOS_ID, PAD, PAD_ID, UNK_ID, Corpus, IndexedTexts, Vocabulary  # noqa: F401
+from .corpus import collate, label_format, load_checkpoint, load_vocabulary, read_corpus, run_seed, texts_digest  # noqa: F401
+from .errors import ConfigError, CorpusError  # noqa: F401
+from .hints import label_column_hint, unk_token_hint  # noqa: F401
+from .splits import parse_line_range, parse_split, resolve_splits, split_value  # noqa: F401
 from .options import DATA_OPTIONS, check_option
 
 
@@ -174,20 +157,29 @@ class TextDataModule(pl.LightningDataModule):
     The vocabulary is built from the training split in `__init__`, so that LightningCLI can link
     `data.vocab_size` to the model when both are instantiated.
 
+    A split is one value, its file and its lines together: `FILE` (every line) or
+    `FILE#FIRST-LAST` (1-based, inclusive lines), e.g. `../shared/data/yahoo/valid.txt#1-8000`,
+    so that giving another file (a flag, an overlay config, a sweep variant) cannot keep the
+    first file's range.
+
     Args:
-        train: Training file (not needed when `vocab` is given and nothing is trained).
-        val: Validation file (default: the training file, with `val_lines`).
-        test: Test file (default: the training file, with `test_lines`).
-        train_lines: 1-based inclusive line range of `train` to use, e.g. "1-8000"; all if unset.
-        val_lines: Line range of the validation file.
-        test_lines: Line range of the test file.
+        train: Training split, `FILE` or `FILE#FIRST-LAST` (not needed when `vocab` is given and
+            nothing is trained).
+        val: Validation split (default: the training split itself, with a warning).
+        test: Test split (default: the training split itself, with a warning).
+        train_lines: The older form of a range (configs written before it keep loading):
+            `train: F` with `train_lines: 1-8000` reads as `train: F#1-8000`. So do `val_lines`
+            and `test_lines`: with `val`/`test` unset, ranges of the training file.
         predict: Texts for `seqvae predict` (default: the test split), kept in file order.
         vocab: Take the vocabulary from this run's `vocab.json` or checkpoint instead of building
             it from `train` (which is then read only if the model trains). `seqvae
             validate/test/predict --ckpt_path C` set it to C, so scoring a checkpoint on a new
             file needs only that file.
         unk_token: The corpus's unknown-word token (`_UNK` for Yahoo/Yelp, `<unk>` for PTB).
-        label_column: Lines are `label<TAB>text`; the label is kept as metadata, not modelled.
+        label_column: Lines start with a label, kept beside the text (per_text.csv), never in
+            the vocabulary: `tab` (`label<TAB>text`; `true` is the older spelling) or
+            `first_token` (`label text`: the first whitespace-separated token); `false`: no
+            labels. Unset: the `vocab` checkpoint's setting (how its training read text), else false.
         min_freq: Training words seen fewer times map to the unknown token.
         max_vocab: Keep at most this many words (most frequent), besides the 4 reserved ids.
         max_length: Skip (and count) texts longer than this many tokens, in every split.
@@ -211,7 +203,7 @@ class TextDataModule(pl.LightningDataModule):
         predict: str | None = None,
         vocab: str | None = None,
         unk_token: str = "<unk>",
-        label_column: bool = False,
+        label_column: bool | Literal["tab", "first_token"] | None = None,
         min_freq: int = 1,
         max_vocab: int | None = None,
         max_length: int | None = None,
@@ -227,38 +219,52 @@ class TextDataModule(pl.LightningDataModule):
             check_option(f"data.{option}", self.hparams[option], allowed)
         if seed is None:
             self.hparams.seed = run_seed()
+        self.splits = resolve_splits(train, val, test, train_lines, val_lines, test_lines)
         self.corpora: dict[str, Corpus] = {}  # the splits read so far
-        self._predict: Corpus | None = None  # the data.predict file, once read (not a split)
         self._label_warned: set[str] = set()  # files warned about (train, val and test may share one)
         self.ids: dict[str, list[torch.Tensor]] = {}
         if vocab is not None:
-            # Splits are read when first needed (`split_ids`): scoring a checkpoint needs
-            # neither the training text nor the other splits.
+            # Splits are read when first needed (`split_ids`): scoring needs no training text.
             self.vocab = load_vocabulary(vocab)
+            if label_column is None and self.vocab.reading is not None:
+                self.hparams.label_column = self.vocab.reading.get("label_column", False)
             return
+        self.hparams.label_column = label_column or False
         self.read_splits(("train", "val", "test"))
-        self.vocab = Vocabulary.build(self.corpora["train"].texts, unk_token, min_freq, max_vocab)
-        hint = unk_token_hint(self.corpora["train"].texts, unk_token)
-        if hint is not None:
-            print(f"seqvae: warning: {hint}", file=sys.stderr)
+        reading = {"label_column": label_format(self.hparams.label_column) or False}
+        self.vocab = Vocabulary.build(self.corpora["train"].texts, unk_token, min_freq, max_vocab, reading)
+        self.unk_hint("train")
         for split in ("train", "val", "test"):
             self.split_ids(split)
+        self.vocab.reading["train_unk_rate"] = self.unk_rate("train")  # for `unk_rate_hint` when scoring
+
+    def unk_rate(self, split: str) -> float:
+        ids = torch.cat(self.split_ids(split))
+        words = ids[(ids != BOS_ID) & (ids != EOS_ID)]
+        return float((words == UNK_ID).float().mean())
+
+    def unk_hint(self, split: str) -> None:
+        """The unknown-token warning for a split read with this vocabulary's unknown token."""
+        hint = unk_token_hint(self.corpora[split].texts, self.vocab.unk_token)
+        if hint is not None:
+            print(f"seqvae: warning: data.{split}: {hint}", file=sys.stderr)
 
     def read_splits(self, splits) -> None:
         """Reads these splits' files now (errors name the option, file and line)."""
         h = self.hparams
-        sources = {
-            "train": (h.train, h.train_lines),
-            "val": (h.val or h.train, h.val_lines),
-            "test": (h.test or h.train, h.test_lines),
-        }
         for split in splits:
             if split in self.corpora:
                 continue
-            path, lines = sources[split]
             option = split if split == "train" or (h.val, h.test)[split == "test"] else f"{split} (= train)"
-            if path is None:
+            if self.splits[split] is None:
                 raise CorpusError(f"data.{split}: no file given (and no data.train to fall back on)")
+            path, lines = self.splits[split]
+            same = next((s for s in self.corpora if self.splits.get(s) == self.splits[split]), None)
+            if same is not None:  # val/test that are the training split: read and encoded once
+                self.corpora[split] = self.corpora[same]
+                if same in self.ids:
+                    self.ids[split] = self.ids[same]
+                continue
             try:
                 self.corpora[split] = read_corpus(path, lines, h.label_column, h.max_length)
             except CorpusError as err:  # name the option as well as the file
@@ -273,7 +279,9 @@ class TextDataModule(pl.LightningDataModule):
 
     def split_ids(self, split: str) -> list[torch.Tensor]:
         """The split's texts as id sequences, reading its file if not done yet."""
-        if split not in self.ids:
+        if split == "predict":
+            self.predict_corpus()
+        elif split not in self.ids:
             self.read_splits([split])
             self.ids[split] = [torch.tensor(x) for x in self.vocab.encode(self.corpora[split].texts)]
         return self.ids[split]
@@ -283,17 +291,19 @@ class TextDataModule(pl.LightningDataModule):
         return len(self.vocab)
 
     def summary(self) -> dict[str, dict[str, float]]:
-        """Sizes, skipped lines, unknown-token rate and the digest of the texts (equal digests:
-        the same texts in the same order) of each split read (all three at fit start)."""
+        """Each split read: sizes, skipped lines, unknown rate, the texts' digest (equal: same texts, same order)."""
         out = {}
         for split, corpus in self.corpora.items():
             ids = torch.cat(self.split_ids(split))
             words = ids[(ids != BOS_ID) & (ids != EOS_ID)]
+            first, last = corpus.lines_read
             out[split] = {
+                "lines": f"{first}-{last}",
+                "label_column": label_format(self.hparams.label_column) or False,
                 "texts": len(corpus.texts),
                 "tokens": int(words.numel()),
                 "predicted_tokens": int(words.numel()) + len(corpus.texts),
-                "unk_rate": float((words == UNK_ID).float().mean()),
+                "unk_rate": self.unk_rate(split),
                 "empty_lines_skipped": corpus.n_empty,
                 "too_long_skipped": corpus.n_too_long,
                 "file": corpus.path,
@@ -301,8 +311,7 @@ class TextDataModule(pl.LightningDataModule):
             }
         return out
 
-    def _replicas(self) -> tuple[int, int]:
-        """(world size, rank) of the trainer this datamodule is attached to; (1, 0) without one."""
+    def _replicas(self) -> tuple[int, int]:  # (world size, rank) of the trainer; (1, 0) without one
         trainer = self.trainer
         if trainer is None or trainer.world_size == 1:
             return 1, 0
@@ -312,8 +321,7 @@ class TextDataModule(pl.LightningDataModule):
             )
         return trainer.world_size, trainer.global_rank
 
-    def _train_position(self) -> dict[str, int]:
-        """Where the fit is in the current epoch, for a mid-epoch checkpoint."""
+    def _train_position(self) -> dict[str, int]:  # where the fit is in its epoch, for a mid-epoch checkpoint
         trainer = self.trainer
         if trainer is None:
             return {}
@@ -348,14 +356,16 @@ class TextDataModule(pl.LightningDataModule):
         return self._loader("test", shuffle=False)
 
     def predict_corpus(self) -> Corpus | None:
-        """The `data.predict` file, read once (None without one)."""
-        if self.hparams.predict and self._predict is None:
+        """The `data.predict` file, read once (None without one); kept as the pseudo-split
+        "predict", so that `summary()` describes it as it does the splits."""
+        if self.hparams.predict and "predict" not in self.corpora:
             try:
-                self._predict = read_corpus(self.hparams.predict, None, self.hparams.label_column)
+                self.corpora["predict"] = read_corpus(*parse_split(self.hparams.predict), self.hparams.label_column)
             except CorpusError as err:
                 raise CorpusError(f"data.predict: {err}") from None
-            self._warn_label_column(self._predict, "data.predict")
-        return self._predict
+            self._warn_label_column(self.corpora["predict"], "data.predict")
+            self.ids["predict"] = [torch.tensor(x) for x in self.vocab.encode(self.corpora["predict"].texts)]
+        return self.corpora.get("predict")
 
     def predict_source(self) -> Corpus | None:
         """The corpus `predict_dataloader` reads (data.predict, else the test split), for lining
@@ -364,9 +374,13 @@ class TextDataModule(pl.LightningDataModule):
             return self.predict_corpus()
         return self.corpora.get("test")
 
+    prior_only = False  # `predict` in mode sample (set by the CLI): decodes from the prior, reads no text
     def predict_dataloader(self) -> DataLoader:
-        if self.hparams.predict:
-            data = [torch.tensor(x) for x in self.vocab.encode(self.predict_corpus().texts)]
+        if self.prior_only:  # one placeholder batch: the predict loop needs one step to run
+            data = [torch.tensor([BOS_ID, EOS_ID])]
+        elif self.hparams.predict:
+            self.predict_corpus()
+            data = self.ids["predict"]
         elif self.hparams.test or self.hparams.train:
             data = self.split_ids("test")
         else:

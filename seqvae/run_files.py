@@ -103,14 +103,22 @@ def log_hparams(logger, params: dict, metrics: dict) -> None:
 PER_TEXT_COLUMNS = ("index", "line", "tokens", "neg_elbo", "kl", "iw_nll", "iw_se")  # per_text.csv, as compare reads it
 
 
-def per_text_csv(rows: dict, line_numbers: list[int]) -> str:
+def per_text_csv(rows: dict, line_numbers: list[int], labels: list[str | None] | None = None) -> str:
     """One row per test text, by position in the test split: its line in the test file, its
-    predicted tokens, −ELBO and KL (one z sample), IW-NLL and the IW-NLL's Monte-Carlo s.e."""
-    out = [",".join(PER_TEXT_COLUMNS)]
+    predicted tokens, −ELBO and KL (one z sample), IW-NLL and the IW-NLL's Monte-Carlo s.e.; and
+    its label, last, where the test file has labels (`data.label_column`)."""
+    labelled = labels is not None and any(label is not None for label in labels)
+    out = [",".join(PER_TEXT_COLUMNS + ("label",) * labelled)]
     cols = [rows[k].tolist() for k in ("index", "tokens", "neg_elbo", "kl", "iw_nll", "iw_se")]
     for i, tokens, neg_elbo, kl, iw, se in zip(*cols):
-        out.append(f"{int(i)},{line_numbers[int(i)]},{int(tokens)},{neg_elbo:.6f},{kl:.6f},{iw:.6f},{se:.6f}")
+        row = f"{int(i)},{line_numbers[int(i)]},{int(tokens)},{neg_elbo:.6f},{kl:.6f},{iw:.6f},{se:.6f}"
+        out.append(row + (f",{csv_field(labels[int(i)] or '')}" if labelled else ""))
     return "\n".join(out) + "\n"
+
+
+def csv_field(text: str) -> str:
+    """A label as a CSV field: quoted where it holds a comma, quote or line break."""
+    return f'"{text.replace(chr(34), chr(34) * 2)}"' if any(c in text for c in ',"\r\n') else text
 
 
 def drop_empty_event_files(run_dir: Path) -> int:

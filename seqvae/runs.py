@@ -16,6 +16,8 @@ from pathlib import Path
 
 import yaml
 
+from .splits import fold_split_keys
+
 # (id used in CSV/JSON, markdown header, metrics.json key, digits)
 METRICS = [
     ("iw_nll", "IW-NLL", "test/iw_nll", 2),
@@ -105,6 +107,9 @@ def load_run(path: Path) -> dict:
     if not isinstance(config, dict) or not isinstance(metrics, dict):
         raise CompareError(f"{path}: config.yaml and metrics.json must each hold a mapping")
     flat = {k: v for k, v in flatten(config).items() if not ignored(k)}
+    fold_split_keys(flat)  # `train: F` + `train_lines: 1-8000` (the older form) is `train: F#1-8000`
+    if "data.label_column" in flat:  # `true` is the older spelling of `tab`; unset (null) reads as false
+        flat["data.label_column"] = {True: "tab", None: False}.get(flat["data.label_column"], flat["data.label_column"])
     for key, source in NULL_MEANS_KEY.items():
         if flat.get(key) is None:
             flat.pop(key, None)

@@ -625,7 +625,7 @@ def test_fit_without_val_or_test_files_says_it_uses_the_training_texts(jobs):
     assert data["val"]["sha256"] == data["test"]["sha256"] == data["train"]["sha256"]  # what the warnings say
     for split in ("val", "test"):
         assert f"seqvae: warning: data.{split} is not given:" in result.stderr, result.describe()
-        assert f"--data.{split}_lines FIRST-LAST" in result.stderr
+        assert f"--data.{split} FILE or FILE#FIRST-LAST" in result.stderr
 
 
 @needs("crlf", "fit")

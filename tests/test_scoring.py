@@ -100,12 +100,11 @@ def test_fit_on_new_files_drops_the_configs_line_ranges_unless_given(trained, tm
     assert (data["train"]["texts"], data["val"]["texts"], data["test"]["texts"]) == (30, 5, 30)
 
 
-def test_splits_that_read_the_new_training_file_drop_the_configs_ranges_too(trained, tmp_path, capsys):
-    """Only --data.train given: val and test have no file of their own and read the training
-    file, so the config's val/test ranges (lines 81-120 of *its* file) would pick texts of the new
-    file that are trained on. They are dropped with the training range: val and test are the
-    training texts, and the warning says so."""
-    _, run_dir = trained
+def test_a_new_training_file_alone_leaves_val_and_test_where_they_were_and_says_so(trained, tmp_path, capsys):
+    """Only --data.train given: a split is its file and its lines, so val and test stay the config's
+    (lines 81-100 and 101-120 of *its* file, never those lines of the new file, which would be
+    trained on), and a warning names each split left beside the replaced training file."""
+    root, run_dir = trained
     new = tmp_path / "new.txt"
     write_corpus(new, 130, 7)
     args = ["fit", f"--config={run_dir / 'config.yaml'}", f"--data.train={new}",
@@ -113,8 +112,11 @@ def test_splits_that_read_the_new_training_file_drop_the_configs_ranges_too(trai
     status, err = run(args, capsys)
     assert status == 0, err
     data = metrics(tmp_path / "default" / "y")["data"]
-    assert (data["train"]["texts"], data["val"]["texts"], data["test"]["texts"]) == (130, 130, 130)
-    assert "seqvae: warning: data.val is not given" in err and "seqvae: warning: data.test is not given" in err
+    assert (data["train"]["texts"], data["val"]["texts"], data["test"]["texts"]) == (130, 20, 20)
+    assert (data["val"]["file"], data["val"]["lines"], data["test"]["lines"]) == (str(root / "corpus.txt"), "81-100", "101-120")
+    for split, lines in (("val", "81-100"), ("test", "101-120")):
+        assert f"seqvae: warning: data.{split} reads {root / 'corpus.txt'}#{lines}" in err
+        assert f"but data.train is now {new} (the command line): give data.{split} for your file too" in err
 
 
 class RunsCode:
@@ -175,7 +177,7 @@ def test_label_column_hint_on_labelled_and_plain_files(tmp_path):
     labelled = tmp_path / "yelp.txt"
     labelled.write_text("5\tgreat food here\n1\tcold soup\nno label on this line\n")
     hint = label_column_hint(read_corpus(labelled), False)
-    assert "2 of 3 lines" in hint and "'5'<TAB>text, first at line 1" in hint and "--data.label_column true" in hint
+    assert "2 of 3 lines" in hint and "'5'<TAB>text, first at line 1" in hint and "--data.label_column tab" in hint
     corpus = read_corpus(labelled, label_column=True)
     assert corpus.labels == ["5", "1", None] and corpus.texts[0] == ["great", "food", "here"]
     assert "1 of 3 lines hold no tab (first at line 3)" in label_column_hint(corpus, True)
@@ -203,7 +205,7 @@ def test_label_column_hint_on_labelled_and_plain_files(tmp_path):
     mixed = tmp_path / "mixed.txt"
     mixed.write_text("5\tgood\npos neg\tdropped words\nno tab here\n")
     assert label_column_hint(read_corpus(mixed, label_column=True), True) == (
-        f"{mixed}: data.label_column is true but 1 of 3 lines hold no tab (first at line 3): they are read as text "
+        f"{mixed}: data.label_column is tab but 1 of 3 lines hold no tab (first at line 3): they are read as text "
         "with no label; and on 1 of 3 lines the part before the tab is not one short label (first at line 2): it is "
         "dropped as the label; if the tab is part of the text, set --data.label_column false"
     )

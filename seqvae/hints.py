@@ -1,0 +1,124 @@
+"""One-line warnings about how a corpus is read: an unknown-token spelling that never occurs,
+and a label format (`data.label_column`) that does not fit the file's lines."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from .corpus import Corpus, label_format
+
+
+UNK_SPELLINGS = ("<unk>", "_UNK", "UNK", "<UNK>", "[UNK]", "@@UNKNOWN@@", "<oov>", "OOV")
+
+
+def unk_token_hint(texts: list[list[str]], unk_token: str) -> str | None:
+    """A one-line warning when the configured unknown token never occurs in the training text
+    but another common spelling of it does (a corpus prepared with `<unk>` read with `_UNK`
+    would make `<unk>` an ordinary word and report an unknown rate of 0); else None."""
+    counts = Counter(tok for text in texts for tok in text if tok in UNK_SPELLINGS or tok == unk_token)
+    if counts[unk_token]:
+        return None
+    found = [(c, w) for w, c in counts.items() if w != unk_token]
+    if not found:
+        return None
+    n, word = max(found)
+    return (
+        f"data.unk_token is {unk_token!r}, which never occurs in the training text, but {word!r} occurs {n} times: "
+        f"if {word!r} is this corpus's unknown token, set --data.unk_token '{word}'"
+    )
+
+
+def _looks_labelled(corpus: Corpus) -> str | None:
+    """'`0`…`4` start 100% of lines' when at least 90% of the lines start with one of at most
+    20 label-like tokens (digits, `__label__x`): a `label text` corpus; else None."""
+    n = len(corpus.texts)
+    values = sorted(corpus.first_tokens, key=lambda v: (-corpus.first_tokens[v], v))
+    if n == 0 or corpus.n_first_label_like < 0.9 * n or len(values) > 20:
+        return None
+    shown = ", ".join(repr(v) for v in values[:5]) + (", …" if len(values) > 5 else "")
+    return f"{100 * corpus.n_first_label_like / n:.0f}% of its {n} lines start with one of {len(values)} label-like tokens ({shown})"
+
+
+MAX_LABELS = 50  # more distinct "labels" than this are words, not classes
+
+
+def label_column_hint(corpus: Corpus, label_column) -> str | None:
+    """A one-line warning when `data.label_column` looks wrong for this file, or for some of its
+    lines: it is off but lines start with `label<TAB>` or with a label-like first token (the
+    label would be read as the text's first word); it is `tab` but lines hold no tab (read as
+    text with no label), or the part before the tab is not one short token (a tab inside the
+    text: its first words would be dropped as a label); it is `first_token` but the first tokens
+    take many values (words, not labels); else None. A file that mixes them is what a user's
+    export script leaves behind."""
+    n, path, labels = len(corpus.texts), corpus.path, label_format(label_column)
+    if labels is None and corpus.n_label_like:
+        return (
+            f"{path}: {corpus.n_label_like} of {n} lines start with a label column "
+            f"({corpus.first_label!r}<TAB>text, first at line {corpus.first_label_line}) that is read as "
+            "the text's first word; if it is a label, set --data.label_column tab"
+        )
+    labelled = _looks_labelled(corpus)
+    if labels is None:
+        if labelled is None:
+            return None
+        return (
+            f"{path}: {labelled}, read as the texts' first words; if they are labels (`label text`), "
+            "set --data.label_column first_token"
+        )
+    if labels == "first_token":
+        distinct = len(set(corpus.labels))
+        if distinct <= MAX_LABELS:
+            return None
+        return (
+            f"{path}: data.label_column is first_token but the first tokens take {distinct} values (more than "
+            f"{MAX_LABELS}: words, not class labels): each text loses its first word; if the file has no labels, "
+            "set --data.label_column false"
+        )
+    if corpus.n_tab == 0:
+        also = f"; {labelled}: if they are labels, set --data.label_column first_token" if labelled else ""
+        return f"{path}: data.label_column is tab but no line holds a tab: every line is read as text, none has a label{also}"
+    problems = []  # a file can have both: each is said, in the one line
+    if corpus.n_tab < n:
+        problems.append(
+            f"{n - corpus.n_tab} of {n} lines hold no tab (first at line {corpus.first_untabbed_line}): "
+            "they are read as text with no label"
+        )
+    if corpus.n_odd_label:
+        problems.append(
+            f"on {corpus.n_odd_label} of {n} lines the part before the tab is not one short label (first at line "
+            f"{corpus.first_odd_label_line}): it is dropped as the label; if the tab is part of the text, set "
+            "--data.label_column false"
+        )
+    return f"{path}: data.label_column is tab but {'; and '.join(problems)}" if problems else None
+
+
+def data_line(split: str, s: dict) -> str:
+    """What `fit`, `test` and `predict` print about each split they read (`summary()` values)."""
+    where = f"{s['file']} lines {s['lines']}" + (f", labels {s['label_column']}" if s.get("label_column") else "")
+    return (
+        f"seqvae: {split}: {s['texts']} texts ({where}), {s['predicted_tokens']} predicted tokens, "
+        f"unk {100 * s['unk_rate']:.2f}%, {s['empty_lines_skipped']} empty and {s['too_long_skipped']} too-long lines skipped"
+    )
+
+
+def unk_rate_hint(split: str, s: dict, train_rate: float | None) -> str | None:
+    """A warning when an evaluation split has far more unknown tokens than the training text had
+    (a checkpoint scored on another corpus: its IW-NLL is mostly the unknown token's): more than
+    twice the training rate and at least 5 points above it."""
+    if train_rate is None or s["unk_rate"] <= max(2 * train_rate, train_rate + 0.05):
+        return None
+    return (
+        f"data.{split}: {100 * s['unk_rate']:.2f}% of its tokens are unknown to the vocabulary, against "
+        f"{100 * train_rate:.2f}% of the training text: another corpus, another unknown token or too little training "
+        "text? Each such word is read, and scored, as the unknown token"
+    )
+
+
+def fallback_warnings(splits: dict) -> list[str]:
+    """One line for each evaluation split that is the training split itself (`TextDataModule.splits`)."""
+    uses = {"val": "validation and the choice of the best checkpoint", "test": "the test metrics"}
+    return [
+        f"data.{split} is not given: {use} read the training texts; give --data.{split} FILE or FILE#FIRST-LAST"
+        for split, use in uses.items()
+        if splits[split] == splits["train"] and splits["train"] is not None
+    ]
