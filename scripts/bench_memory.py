@@ -7,7 +7,7 @@ First trains a throw-away yahoo10k max-pooled checkpoint (emb 64, LSTM 128, z 32
 existing run directory, then runs, one after the other,
 
     seqvae test --config RUN/config.yaml --ckpt_path RUN/checkpoints/last.ckpt \
-        --data.test ../shared/data/yahoo/valid.txt --data.test_lines 1-N --model.test_iw_samples K
+        --data.test ../shared/data/yahoo/valid.txt#1-N --model.test_iw_samples K
 
 for each N, each in its own process with OMP_NUM_THREADS=1, and prints its peak RSS (the child's
 ru_maxrss from wait4), wall time and the metrics it wrote (mi_dataset and iw_nll: two versions
@@ -85,7 +85,7 @@ def main() -> int:
     for n in [int(s) for s in args.sizes.split(",")]:
         out = work / f"test_{n}_k{args.k}"
         test = ["test", "--config", str(run / "config.yaml"), "--ckpt_path", str(run / "checkpoints" / "last.ckpt"),
-                "--data.test", TEXT, "--data.test_lines", f"1-{n}", "--model.test_iw_samples", str(args.k),
+                "--data.test", f"{TEXT}#1-{n}", "--model.test_iw_samples", str(args.k),
                 "--trainer.limit_test_batches", "1.0", "--trainer.logger.init_args.save_dir", str(out),
                 *args.extra.split()]  # fmt: skip
         rc, rss, wall = seqvae(test, env, work / f"test_{n}_k{args.k}.log")

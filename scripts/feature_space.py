@@ -26,7 +26,7 @@ import torch
 import yaml
 
 from seqvae import SeqVAE
-from seqvae.data import read_corpus
+from seqvae.data import read_corpus, resolve_splits
 from seqvae.grid import GridError, grid_cells
 from seqvae.losses import mean_pairwise_cosine
 from seqvae.sweep import run_grid
@@ -45,8 +45,8 @@ VARIANTS = {
 def validation_texts(run_dir: Path) -> list[list[str]]:
     """The validation split of the run, read the way its config.yaml says."""
     data = (yaml.safe_load((run_dir / "config.yaml").read_text()) or {})["data"]
-    path = data.get("val") or data["train"]
-    return read_corpus(path, data.get("val_lines"), data.get("label_column", False), data.get("max_length")).texts
+    splits = resolve_splits(*(data.get(k) for k in ("train", "val", "test", "train_lines", "val_lines", "test_lines")))
+    return read_corpus(*splits["val"], data.get("label_column") or False, data.get("max_length")).texts
 
 
 def scatter(ax, h: torch.Tensor, title: str, max_points: int, lim: float) -> None:
