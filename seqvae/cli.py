@@ -19,18 +19,18 @@ from pytorch_lightning.callbacks import ModelCheckpoint
 from pytorch_lightning.cli import LightningCLI, SaveConfigCallback
 from pytorch_lightning.loggers import TensorBoardLogger
 
-from .allocator import reuse_freed_memory
-from .callbacks import LatentDimensions, PeriodicCheckpoint, PlateauRule, TextSamples
-from .commands import main  # noqa: F401  (the entry point; `seqvae.cli.main` kept for scripts and tests)
-from .config_sources import check_config_files, file_setting, integer_limits, settle_splits
-from .data import CorpusError, TextDataModule, Vocabulary, load_checkpoint
-from .generation import lines_of_file
-from .hints import data_line, fallback_warnings, unk_rate_hint
-from .log_lines import EpochLine, TestProgress
-from .model import AGGRESSIVE_DDP, ConfigError, NonFiniteError, SeqVAE, pretrained_encoder
-from .options import check_parsed
-from .provenance import provenance
-from .run_files import (
+from seqvae.training.allocator import reuse_freed_memory
+from seqvae.training.callbacks import LatentDimensions, PeriodicCheckpoint, PlateauRule, TextSamples
+from seqvae.commands import main  # noqa: F401  (the entry point; `seqvae.cli.main` kept for scripts and tests)
+from seqvae.config_sources import check_config_files, file_setting, integer_limits, settle_splits
+from seqvae.text.datamodule import CorpusError, TextDataModule, Vocabulary, load_checkpoint
+from seqvae.core.generation import lines_of_file
+from seqvae.text.hints import data_line, fallback_warnings, unk_rate_hint
+from seqvae.training.log_lines import EpochLine, TestProgress
+from seqvae.core.model import AGGRESSIVE_DDP, ConfigError, NonFiniteError, SeqVAE, pretrained_encoder
+from seqvae.options import check_parsed
+from seqvae.rundir.provenance import provenance
+from seqvae.rundir.run_files import (
     drop_empty_event_files,
     free_number,
     log_hparams,
@@ -354,7 +354,7 @@ class SeqVAECLI(LightningCLI):
         self._write_metrics({**totals, "best_checkpoint": best})
         log_dir = self.trainer.log_dir
         if self.trainer.is_global_zero and log_dir is not None:
-            from .compare import write_curves  # the validation curves, for `seqvae compare --plots`
+            from seqvae.analysis.compare import write_curves  # the validation curves, for `seqvae compare --plots`
 
             write_curves(Path(log_dir), Path(log_dir) / "curves.csv")
 

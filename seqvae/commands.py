@@ -10,11 +10,11 @@ import sys
 
 # The subcommands besides LightningCLI's fit/validate/test/predict: module, one-line summary.
 TOOLS = {
-    "compare": ("compare", "tables of finished runs; with --baseline, differences with 95% intervals"),
-    "sweep": ("sweep", "a grid of variants × seeds, each cell a resumable `seqvae fit`"),
-    "export": ("export", "copy a run's small result files (config, metrics, per-text, curves)"),
+    "compare": ("analysis.compare", "tables of finished runs; with --baseline, differences with 95% intervals"),
+    "sweep": ("experiments.sweep", "a grid of variants × seeds, each cell a resumable `seqvae fit`"),
+    "export": ("rundir.export", "copy a run's small result files (config, metrics, per-text, curves)"),
     "diagnose": ("diagnostics", "is the encoder learning? weight and gradient norms, feature spread"),
-    "download": ("download", "fetch the Yahoo / Yelp / PTB corpora (needs a network)"),
+    "download": ("text.download", "fetch the Yahoo / Yelp / PTB corpora (needs a network)"),
 }
 USAGE = """usage: seqvae SUBCOMMAND [options]     (seqvae SUBCOMMAND --help for each one's options)
 
@@ -37,7 +37,7 @@ def main(argv: list[str] | None = None) -> None:
     if words[0] in TOOLS:
         module = importlib.import_module(f".{TOOLS[words[0]][0]}", __package__)
         sys.exit(module.main(words[1:]))
-    from .cli import run_lightning
+    from seqvae.cli import run_lightning
 
     run_lightning(argv)
 

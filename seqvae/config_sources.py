@@ -15,8 +15,8 @@ from pathlib import Path
 
 import yaml
 
-from .errors import ConfigError, CorpusError
-from .splits import parse_line_range, parse_split, split_value
+from seqvae.errors import ConfigError, CorpusError
+from seqvae.text.splits import parse_line_range, parse_split, split_value
 
 SPLITS = ("train", "val", "test")
 COMMAND_LINE = "the command line"

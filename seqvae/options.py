@@ -13,7 +13,7 @@ import importlib
 from collections.abc import Callable
 from typing import NamedTuple
 
-from .corpus import ConfigError
+from seqvae.text.corpus import ConfigError
 
 
 class Range(NamedTuple):

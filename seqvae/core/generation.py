@@ -13,9 +13,9 @@ from typing import Literal
 
 import torch
 
-from .data import BOS_ID, EOS_ID, ConfigError
-from .options import AT_LEAST_ONE, Range, check_option
-from .scoring import inference, text_batches
+from seqvae.text.datamodule import BOS_ID, EOS_ID, ConfigError
+from seqvae.options import AT_LEAST_ONE, Range, check_option
+from seqvae.core.scoring import inference, text_batches
 
 Decoding = Literal["greedy", "sample", "beam"]
 

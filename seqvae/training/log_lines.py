@@ -9,7 +9,8 @@ import time
 
 from pytorch_lightning import Callback
 
-from .corpus import IndexedTexts
+from seqvae.clock import clock
+from seqvae.text.corpus import IndexedTexts
 
 
 class EpochMean:
@@ -71,11 +72,6 @@ class EpochLine(Callback):
         of = f"/{trainer.max_epochs}" if trainer.max_epochs and trainer.max_epochs > 0 else ""
         seconds = time.monotonic() - self._start
         print(f"seqvae: epoch {trainer.current_epoch + 1}{of}  {'  '.join(parts)}  {seconds:.0f} s", file=sys.stderr)
-
-
-def clock(seconds: float) -> str:
-    m, s = divmod(int(round(seconds)), 60)
-    return f"{m // 60}:{m % 60:02d}:{s:02d}" if m >= 60 else f"{m}:{s:02d}"
 
 
 class TestProgress(Callback):

@@ -11,7 +11,7 @@ import statistics
 import textwrap
 from pathlib import Path
 
-from .differences import t975
+from seqvae.analysis.differences import t975
 
 # (metrics.json key, title) of the bar chart's panels; a panel no row has is left out
 FINAL_METRICS = [

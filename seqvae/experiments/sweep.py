@@ -58,10 +58,11 @@ from pathlib import Path
 
 import yaml
 
-from . import compare, executors
-from .export import result_files
-from .grid import Cell, GridError, load_grid, select  # noqa: F401  (load_grid: part of this module's API)
-from .log_lines import clock
+from seqvae.analysis import compare
+from seqvae.experiments import executors
+from seqvae.rundir.export import result_files
+from seqvae.experiments.grid import Cell, GridError, load_grid, select  # noqa: F401  (load_grid: part of this module's API)
+from seqvae.clock import clock
 
 POLL_SECONDS = 2.0
 TAIL_LINES = 20
@@ -363,7 +364,7 @@ def check_variants(cells: list[Cell]) -> None:
     """Each variant's `seqvae fit` arguments (one seed's: the seeds differ only in the seed),
     parsed as the CLI parses them before any cell runs: a typo in a grid's overrides stops the
     sweep in one line, instead of failing every cell of the variant in turn. Reads no data."""
-    from .cli import parse_only  # torch and Lightning: only when cells are about to run
+    from seqvae.cli import parse_only  # torch and Lightning: only when cells are about to run
 
     checked = set()
     for cell in cells:  # finished cells too: their variant is what the grid file says now

@@ -13,7 +13,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from .compare import write_curves
+from seqvae.analysis.compare import write_curves
 
 
 def result_files(run_dir: Path) -> list[str]:

@@ -15,8 +15,8 @@ from pytorch_lightning import Callback
 from pytorch_lightning.plugins.io import TorchCheckpointIO
 from pytorch_lightning.utilities import rank_zero_warn
 
-from .allocator import release_freed_memory
-from .data import load_checkpoint, run_seed
+from seqvae.training.allocator import release_freed_memory
+from seqvae.text.datamodule import load_checkpoint, run_seed
 
 
 class PlateauRule(Callback):
@@ -327,7 +327,7 @@ class LatentDimensions(Callback):
         experiment = getattr(trainer.logger, "experiment", None)
         if not self.enabled or dims is None or not trainer.is_global_zero or not hasattr(experiment, "add_figure"):
             return
-        from .plots import latent_figure
+        from seqvae.analysis.plots import latent_figure
 
         title = f"{stage}, epoch {trainer.current_epoch + 1}" if stage == "val" else stage
         fig = latent_figure(dims["var_mu"], dims["kl"], title=title)

@@ -10,10 +10,10 @@ import contextlib
 
 import torch
 
-from .data import collate
-from .losses import gaussian_kl
-from .metrics import iw_nll as iw_nll_estimate
-from .metrics import sample_posterior
+from seqvae.text.datamodule import collate
+from seqvae.core.losses import gaussian_kl
+from seqvae.core.metrics import iw_nll as iw_nll_estimate
+from seqvae.core.metrics import sample_posterior
 
 
 def text_batches(model, texts: list[str], batch_size: int):

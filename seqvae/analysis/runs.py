@@ -16,7 +16,7 @@ from pathlib import Path
 
 import yaml
 
-from .splits import fold_split_keys
+from seqvae.text.splits import fold_split_keys
 
 # (id used in CSV/JSON, markdown header, metrics.json key, digits)
 METRICS = [

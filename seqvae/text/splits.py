@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from .errors import ConfigError, CorpusError
+from seqvae.errors import ConfigError, CorpusError
 
 
 def parse_line_range(spec: str | list[int] | tuple[int, int] | None) -> tuple[int, int] | None:

@@ -37,9 +37,9 @@ import json
 import sys
 from pathlib import Path
 
-from .differences import DIFF_KEYS, DIFF_METRICS, MC_SE, add_differences, diff_cell, t975  # noqa: F401  (t975: API)
-from .plots import plot, read_curves, y_scale  # noqa: F401  (re-exported: compare's API)
-from .runs import (  # noqa: F401  (re-exported: compare's API)
+from seqvae.analysis.differences import DIFF_KEYS, DIFF_METRICS, MC_SE, add_differences, diff_cell, t975  # noqa: F401  (t975: API)
+from seqvae.analysis.plots import plot, read_curves, y_scale  # noqa: F401  (re-exported: compare's API)
+from seqvae.analysis.runs import (  # noqa: F401  (re-exported: compare's API)
     BN_MARK,
     BN_UNRELIABLE,
     DIGITS,

@@ -14,8 +14,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .data import ConfigError, Vocabulary, load_checkpoint
-from .fused_ce import linear_cross_entropy
+from seqvae.text.datamodule import ConfigError, Vocabulary, load_checkpoint
+from seqvae.core.fused_ce import linear_cross_entropy
 
 Pooling = Literal["last", "avg", "max", "abs"]
 

@@ -23,8 +23,8 @@ from tokenizers import Tokenizer
 from tokenizers.models import WordLevel
 from tokenizers.pre_tokenizers import WhitespaceSplit
 
-from .errors import ConfigError, CorpusError  # noqa: F401  (seqvae.corpus.CorpusError: where they were first defined)
-from .splits import parse_line_range
+from seqvae.errors import ConfigError, CorpusError  # noqa: F401  (seqvae.corpus.CorpusError: where they were first defined)
+from seqvae.text.splits import parse_line_range
 
 PAD, BOS, EOS = "<pad>", "<s>", "</s>"
 PAD_ID, BOS_ID, EOS_ID, UNK_ID = 0, 1, 2, 3

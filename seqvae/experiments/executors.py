@@ -45,7 +45,7 @@ from pathlib import Path
 import submitit
 from submitit.helpers import Checkpointable
 
-from .grid import SLURM_KEYS, Cell, GridError, slurm_value
+from seqvae.experiments.grid import SLURM_KEYS, Cell, GridError, slurm_value
 
 EXECUTORS = ("local", "slurm", "submitit-local")
 STOP_SECONDS = 60  # checkpoint(): how long the fit gets to stop after SIGINT
@@ -337,7 +337,7 @@ def job_state(info: dict) -> str | None:
 def checkpoint_summary(path: Path, of: int | None) -> tuple[str, str]:
     """("2/20, batch 120", "val/loss 95.312") of a last.ckpt: where it was saved and the latest
     score of the checkpoint callback's monitor."""
-    from .sweep import checkpoint_position
+    from seqvae.experiments.sweep import checkpoint_position
 
     where = (checkpoint_position(path, of) or "").removeprefix("epoch ")
     try:
@@ -355,7 +355,7 @@ def checkpoint_summary(path: Path, of: int | None) -> tuple[str, str]:
 def cell_status(cell: Cell) -> dict:
     """One row of `--status`: state (done, running, queued, failed, interrupted, not started),
     epoch, last metric and job."""
-    from .sweep import max_epochs
+    from seqvae.experiments.sweep import max_epochs
 
     job, run = read_json(cell.run_dir / JOB_FILE), read_json(cell.run_dir / RUN_FILE)
     row = {"cell": cell.name, "state": "not started", "epoch": "", "metric": "", "job": ""}

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from .corpus import Corpus, label_format
+from seqvae.text.corpus import Corpus, label_format
 
 
 UNK_SPELLINGS = ("<unk>", "_UNK", "UNK", "<UNK>", "[UNK]", "@@UNKNOWN@@", "<oov>", "OOV")

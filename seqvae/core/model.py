@@ -16,26 +16,29 @@ import pytorch_lightning as pl
 import torch
 
 from . import generation, scoring
-from .aggressive import AggressiveTraining
-from .bn_bound import BNBoundCheck
-from .callbacks import EvalMemory, ExactResume, FitClock
-from .data import PAD_ID, UNK_ID, ConfigError, Vocabulary
-from .evaluation import EvalNoise, iw_chunk
-from .generation import Decoding, Generation, Predictor
-from .log_lines import EpochMean
-from .losses import BatchFreeBits, CosineDispersion, FreeBits, KLPenalty, Regularizer, StandardKL, gaussian_kl
-from .metrics import EvalMetrics, iw_log_weights, iw_nll_from_weights, iw_nll_standard_error, sample_posterior
-from .networks import Init, LSTMDecoder, LSTMEncoder, Pooling, pretrained_encoder
-from .options import MODEL_OPTIONS, check_option, check_strategy
-from .schedules import ConstantKL, CyclicalKL, KLSchedule, LinearKLWarmup
+from seqvae.core.aggressive import AggressiveTraining
+from seqvae.core.bn_bound import BNBoundCheck
+from seqvae.training.callbacks import EvalMemory, ExactResume, FitClock
+from seqvae.text.datamodule import PAD_ID, UNK_ID, ConfigError, Vocabulary
+from seqvae.core.evaluation import EvalNoise, iw_chunk
+from seqvae.core.generation import Decoding, Generation, Predictor
+from seqvae.training.log_lines import EpochMean
+from seqvae.core.losses import BatchFreeBits, CosineDispersion, FreeBits, KLPenalty, Regularizer, StandardKL, gaussian_kl
+from seqvae.core.metrics import EvalMetrics, iw_log_weights, iw_nll_from_weights, iw_nll_standard_error, sample_posterior
+from seqvae.core.networks import Init, LSTMDecoder, LSTMEncoder, Pooling, pretrained_encoder
+from seqvae.options import MODEL_OPTIONS, check_option, check_strategy
+from seqvae.core.schedules import ConstantKL, CyclicalKL, KLSchedule, LinearKLWarmup
 
 __all__ = ["Generation", "NonFiniteError", "SeqVAE"]
 
 # Checkpoints hold the strategy objects of the hyper-parameters (schedules, penalties,
 # regularisers); allow exactly these classes under torch.load(weights_only=True). Here, because
 # every path that loads a checkpoint imports the model first.
+_SAFE = [AggressiveTraining, ConstantKL, CyclicalKL, LinearKLWarmup, StandardKL, FreeBits, BatchFreeBits, CosineDispersion]
+# ... under their names now and under the flat module paths that checkpoints written before the
+# subpackages pickled them with (`seqvae.schedules.LinearKLWarmup`).
 torch.serialization.add_safe_globals(
-    [AggressiveTraining, ConstantKL, CyclicalKL, LinearKLWarmup, StandardKL, FreeBits, BatchFreeBits, CosineDispersion]
+    [*_SAFE, *((c, f"seqvae.{c.__module__.rsplit('.', 1)[1]}.{c.__qualname__}") for c in _SAFE)]
 )
 
 # Evaluation values are logged after EvalMetrics has reduced its states over all ranks: they
