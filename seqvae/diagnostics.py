@@ -19,9 +19,9 @@ import pytorch_lightning as pl
 import torch
 import yaml
 
-from seqvae.text.datamodule import TextDataModule
 from seqvae.core.metrics import sample_posterior
 from seqvae.core.model import SeqVAE
+from seqvae.text.datamodule import TextDataModule
 
 
 def diagnose(run: Path, checkpoint: str = "best", batches: int = 3, seed: int = 0) -> dict:

@@ -13,7 +13,7 @@ import importlib
 from collections.abc import Callable
 from typing import NamedTuple
 
-from seqvae.text.corpus import ConfigError
+from seqvae.errors import ConfigError
 
 
 class Range(NamedTuple):

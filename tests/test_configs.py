@@ -337,7 +337,7 @@ def test_encoder_diagnostics_on_a_trained_run(tiny, tmp_path, capsys):
 
 def test_no_shipped_config_trains_in_reduced_precision():
     """The collapse comparisons train in fp32 (Lightning's default): bf16 training changed KL, AU
-    and MI of short BN-VAE runs (scripts/check_precision.py; docs/performance.md), so no config
+    and MI of short BN-VAE runs (scripts/studies.py precision; docs/performance.md), so no config
     may switch it on quietly. A user still can, with --trainer.precision bf16-mixed."""
     import yaml
 

@@ -122,7 +122,7 @@ def test_empty_file_raises_naming_file(tmp_path, data):
 
 
 def test_missing_file_raises_naming_file(tmp_path):
-    from seqvae.corpus import load_checkpoint, load_vocabulary
+    from seqvae.rundir.checkpoints import load_checkpoint, load_vocabulary
 
     with pytest.raises(CorpusError, match="nowhere.txt: no such file$"):
         read_corpus(tmp_path / "nowhere.txt")

@@ -1,4 +1,4 @@
-"""scripts/feature_space.py (the paper's Figure 2) on a tiny corpus, one epoch per model."""
+"""scripts/studies.py feature-space (the paper's Figure 2) on a tiny corpus, one epoch per model."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def load_feature_space():
-    return load_script("feature_space")
+    return load_script("studies")
 
 
 def test_feature_space_trains_then_loads(tmp_path, monkeypatch, capsys):
@@ -31,7 +31,7 @@ def test_feature_space_trains_then_loads(tmp_path, monkeypatch, capsys):
     script = load_feature_space()
     argv = ["--config", str(tmp_path / "tiny.yaml"), "--epochs", "1"]
     argv += ["--root", str(tmp_path / "runs"), "--out", str(tmp_path / "fig")]
-    assert script.main(argv) == 0
+    assert script.feature_space_main(argv) == 0
     out, err = capsys.readouterr()
     for variant in ("last", "cosine", "max"):
         assert (tmp_path / "fig" / f"demo_{variant}.png").stat().st_size > 1000
@@ -41,7 +41,7 @@ def test_feature_space_trains_then_loads(tmp_path, monkeypatch, capsys):
     assert (tmp_path / "fig" / "demo.png").is_file()
     assert "seqvae.CosineDispersion" in (tmp_path / "runs" / "cosine" / "seed1" / "config.yaml").read_text()
     # a second call loads the trained models instead of training them again
-    assert script.main(argv) == 0
+    assert script.feature_space_main(argv) == 0
     out, err = capsys.readouterr()
     assert err.count("), skipped\n") == 3 and "starting" not in err
 

@@ -22,8 +22,8 @@ from typing import Literal
 
 import torch
 
-from seqvae.text.datamodule import run_seed
 from seqvae.options import AT_LEAST_ONE
+from seqvae.text.corpus import run_seed
 
 
 class WindowStopRule:

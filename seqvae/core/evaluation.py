@@ -16,6 +16,9 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from seqvae.core.losses import gaussian_kl
+from seqvae.core.metrics import iw_log_weights, iw_nll_from_weights, iw_nll_standard_error, sample_posterior
+
 
 def iw_chunk(tokens: torch.Tensor, vocab_size: int, budget: int | None) -> int:
     """Importance samples per decoder call so that its logits (B·chunk·T·V) stay within `budget`
@@ -62,7 +65,7 @@ class EvalNoise:
         return cls(module.hparams.eval_seed, module.device, module.hparams.latent_dim, sizes)
 
     def skip_preceding(self, dtype: torch.dtype, n_iw: int) -> None:
-        """Draws, once, exactly what `SeqVAE._eval_step` draws for the batches before this rank's
+        """Draws, once, exactly what `evaluate_batch` draws for the batches before this rank's
         part: z for rec, the IW-NLL samples, the per-batch MI's z (float64)."""
         dim, device = self.latent_dim, self.device
         for b in self.pending:
@@ -71,3 +74,28 @@ class EvalNoise:
                 torch.randn((b, n_iw, dim), generator=self.iw, device=device, dtype=dtype)
             torch.randn((b, 1, dim), generator=self.mi, device=device, dtype=torch.float64)
         self.pending = []
+
+
+def evaluate_batch(model, batch: dict, metrics, n_iw: int) -> None:
+    """One validation/test batch of `model` (a SeqVAE) into `metrics` (its EvalMetrics): rec and
+    KL from one z, IW-NLL from `n_iw` importance samples, the posteriors for MI and AU; for the
+    language model the exact NLL. The noise comes from the pass's `EvalNoise` (`model._noise`)."""
+    tokens, lengths, index = batch["tokens"], batch["lengths"], batch.get("index")
+    n_predicted = lengths - 1
+    if model.encoder is None:
+        nll = -model.decoder.log_likelihood(tokens, lengths, None)[:, 0]  # exact
+        iw, iw_se = (nll, torch.zeros_like(nll)) if n_iw else (None, None)
+        metrics.update(nll, torch.zeros_like(nll), n_predicted, iw_nll=iw, index=index, iw_se=iw_se)
+        return
+    mu, logvar, h = model.encoder(tokens, lengths)
+    noise = model._noise
+    noise.skip_preceding(mu.dtype, n_iw)
+    rec = -model.decoder.log_likelihood(tokens, lengths, sample_posterior(mu, logvar, 1, noise.rec))[:, 0]
+    kl = gaussian_kl(mu, logvar).sum(-1)
+    iw = iw_se = None
+    if n_iw:
+        ll = lambda z: model.decoder.log_likelihood(tokens, lengths, z)  # noqa: E731
+        log_w = iw_log_weights(ll, mu, logvar, n_iw, model.iw_chunk(tokens), noise.iw)  # (B, K)
+        iw = iw_nll_from_weights(log_w)
+        iw_se = iw_nll_standard_error(log_w)  # its Monte-Carlo noise, per text
+    metrics.update(rec, kl, n_predicted, mu, logvar, h, iw, mi_generator=noise.mi, index=index, iw_se=iw_se)

@@ -13,9 +13,10 @@ from typing import Literal
 
 import torch
 
-from seqvae.text.datamodule import BOS_ID, EOS_ID, ConfigError
-from seqvae.options import AT_LEAST_ONE, Range, check_option
 from seqvae.core.scoring import inference, text_batches
+from seqvae.errors import ConfigError
+from seqvae.options import AT_LEAST_ONE, Range, check_option
+from seqvae.text.corpus import BOS_ID, EOS_ID
 
 Decoding = Literal["greedy", "sample", "beam"]
 

@@ -339,7 +339,7 @@ class EvalMetrics(Metric):
                 mus, logvars = _cat(self.mus), _cat(self.logvars)
                 gen = torch.Generator(device=mus.device).manual_seed(self.seed)
                 # 10 samples per posterior: with one, the estimate's s.d. on 1,000 posteriors that
-                # ignore x (true MI 0, Z 32) is 0.12 nats, with ten 0.04 (scripts/mi_noise.py);
+                # ignore x (true MI 0, Z 32) is 0.12 nats, with ten 0.04 (scripts/studies.py mi-noise);
                 # the expectation is the same.
                 out["mi_dataset"], out["mi_dataset_se"] = mutual_information(
                     mus.double(), logvars.double(), gen, samples=MI_DATASET_SAMPLES, return_se=True

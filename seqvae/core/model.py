@@ -15,31 +15,23 @@ import warnings
 import pytorch_lightning as pl
 import torch
 
-from . import generation, scoring
 from seqvae.core.aggressive import AggressiveTraining
 from seqvae.core.bn_bound import BNBoundCheck
-from seqvae.training.callbacks import EvalMemory, ExactResume, FitClock
-from seqvae.text.datamodule import PAD_ID, UNK_ID, ConfigError, Vocabulary
-from seqvae.core.evaluation import EvalNoise, iw_chunk
+from seqvae.core.evaluation import EvalNoise, evaluate_batch, iw_chunk
 from seqvae.core.generation import Decoding, Generation, Predictor
-from seqvae.training.log_lines import EpochMean
 from seqvae.core.losses import BatchFreeBits, CosineDispersion, FreeBits, KLPenalty, Regularizer, StandardKL, gaussian_kl
-from seqvae.core.metrics import EvalMetrics, iw_log_weights, iw_nll_from_weights, iw_nll_standard_error, sample_posterior
+from seqvae.core.metrics import EvalMetrics, sample_posterior
 from seqvae.core.networks import Init, LSTMDecoder, LSTMEncoder, Pooling, pretrained_encoder
-from seqvae.options import MODEL_OPTIONS, check_option, check_strategy
 from seqvae.core.schedules import ConstantKL, CyclicalKL, KLSchedule, LinearKLWarmup
+from seqvae.errors import ConfigError
+from seqvae.options import MODEL_OPTIONS, check_option, check_strategy
+from seqvae.text.corpus import PAD_ID, UNK_ID, Vocabulary
+from seqvae.training.callbacks import EvalMemory, ExactResume, FitClock
+from seqvae.training.log_lines import EpochMean
+
+from . import generation, scoring
 
 __all__ = ["Generation", "NonFiniteError", "SeqVAE"]
-
-# Checkpoints hold the strategy objects of the hyper-parameters (schedules, penalties,
-# regularisers); allow exactly these classes under torch.load(weights_only=True). Here, because
-# every path that loads a checkpoint imports the model first.
-_SAFE = [AggressiveTraining, ConstantKL, CyclicalKL, LinearKLWarmup, StandardKL, FreeBits, BatchFreeBits, CosineDispersion]
-# ... under their names now and under the flat module paths that checkpoints written before the
-# subpackages pickled them with (`seqvae.schedules.LinearKLWarmup`).
-torch.serialization.add_safe_globals(
-    [*_SAFE, *((c, f"seqvae.{c.__module__.rsplit('.', 1)[1]}.{c.__qualname__}") for c in _SAFE)]
-)
 
 # Evaluation values are logged after EvalMetrics has reduced its states over all ranks: they
 # are already the whole-set values on every rank, and Lightning's sync_dist would average them.
@@ -140,9 +132,7 @@ class SeqVAE(pl.LightningModule):
         feature_dim = encoder_hidden_dim or hidden_dim
         if latent_dim:
             self.encoder = LSTMEncoder(vocab_size, embed_dim, feature_dim, latent_dim, pooling, bn_gamma, bn_eps, init)
-        self.decoder = LSTMDecoder(
-            vocab_size, embed_dim, hidden_dim, latent_dim, dropout_in, dropout_out, skip, init, fused_output
-        )
+        self.decoder = LSTMDecoder(vocab_size, embed_dim, hidden_dim, latent_dim, dropout_in, dropout_out, skip, init, fused_output)
         self.val_metrics = EvalMetrics(latent_dim, feature_dim, mi_dataset, seed=eval_seed)
         self.test_metrics = EvalMetrics(latent_dim, feature_dim, mi_dataset, eval_seed, per_text=True)  # per_text.csv
         self.num_updates = 0  # training batches consumed (outer iterations); drives the KL schedule
@@ -269,27 +259,6 @@ class SeqVAE(pl.LightningModule):
     def iw_chunk(self, tokens: torch.Tensor) -> int:
         return iw_chunk(tokens, self.hparams.vocab_size, self.hparams.iw_max_elements)
 
-    def _eval_step(self, batch, metrics: EvalMetrics, n_iw: int) -> None:
-        tokens, lengths, index = batch["tokens"], batch["lengths"], batch.get("index")
-        n_predicted = lengths - 1
-        if self.encoder is None:
-            nll = -self.decoder.log_likelihood(tokens, lengths, None)[:, 0]  # exact
-            iw, iw_se = (nll, torch.zeros_like(nll)) if n_iw else (None, None)
-            metrics.update(nll, torch.zeros_like(nll), n_predicted, iw_nll=iw, index=index, iw_se=iw_se)
-            return
-        mu, logvar, h = self.encoder(tokens, lengths)
-        noise = self._noise
-        noise.skip_preceding(mu.dtype, n_iw)
-        rec = -self.decoder.log_likelihood(tokens, lengths, sample_posterior(mu, logvar, 1, noise.rec))[:, 0]
-        kl = gaussian_kl(mu, logvar).sum(-1)
-        iw = iw_se = None
-        if n_iw:
-            ll = lambda z: self.decoder.log_likelihood(tokens, lengths, z)  # noqa: E731
-            log_w = iw_log_weights(ll, mu, logvar, n_iw, self.iw_chunk(tokens), noise.iw)  # (B, K)
-            iw = iw_nll_from_weights(log_w)
-            iw_se = iw_nll_standard_error(log_w)  # its Monte-Carlo noise, per text
-        metrics.update(rec, kl, n_predicted, mu, logvar, h, iw, mi_generator=noise.mi, index=index, iw_se=iw_se)
-
     def _log_eval(self, stage: str, metrics: EvalMetrics) -> dict[str, float]:
         values = {f"{stage}/{k}": v for k, v in metrics.compute().items()}
         self.latent_dimensions = metrics.per_dimension() if self.encoder is not None else None  # LatentDimensions
@@ -303,7 +272,7 @@ class SeqVAE(pl.LightningModule):
     on_test_epoch_start = on_validation_epoch_start
 
     def validation_step(self, batch, batch_idx):
-        self._eval_step(batch, self.val_metrics, self.hparams.val_iw_samples)
+        evaluate_batch(self, batch, self.val_metrics, self.hparams.val_iw_samples)
 
     def on_validation_epoch_end(self):
         values = self._log_eval("val", self.val_metrics)
@@ -314,7 +283,7 @@ class SeqVAE(pl.LightningModule):
             self.log("train/lr", self._optimizers()[0].param_groups[0]["lr"])
 
     def test_step(self, batch, batch_idx):
-        self._eval_step(batch, self.test_metrics, self.hparams.test_iw_samples)
+        evaluate_batch(self, batch, self.test_metrics, self.hparams.test_iw_samples)
 
     def on_test_epoch_end(self):
         # Per-text values (gathered over DDP ranks), for the CLI's per_text.csv.

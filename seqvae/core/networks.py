@@ -14,8 +14,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from seqvae.text.datamodule import ConfigError, Vocabulary, load_checkpoint
 from seqvae.core.fused_ce import linear_cross_entropy
+from seqvae.errors import ConfigError
+from seqvae.rundir.checkpoints import load_checkpoint
+from seqvae.text.corpus import Vocabulary
 
 Pooling = Literal["last", "avg", "max", "abs"]
 

@@ -10,10 +10,10 @@ import contextlib
 
 import torch
 
-from seqvae.text.datamodule import collate
 from seqvae.core.losses import gaussian_kl
 from seqvae.core.metrics import iw_nll as iw_nll_estimate
 from seqvae.core.metrics import sample_posterior
+from seqvae.text.corpus import collate
 
 
 def text_batches(model, texts: list[str], batch_size: int):

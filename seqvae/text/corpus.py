@@ -1,6 +1,6 @@
 """Corpora and vocabulary: reading one-text-per-line files, the word-level vocabulary (HF
-`tokenizers` WordLevel), id sequences and their batches, and reading a saved run's vocabulary or
-checkpoint (as data, never as code).
+`tokenizers` WordLevel), id sequences and their batches. A saved run's vocabulary or checkpoint
+is read by `seqvae.rundir.checkpoints` (as data, never as code).
 
 A corpus is one text per line, already tokenised (split on whitespace), optionally
 `label<TAB>text` (Yelp). Every sequence becomes `<s> w1 … wn </s>`; the decoder reads
@@ -276,48 +276,3 @@ class IndexedTexts(torch.utils.data.Dataset):
 
     def __getitem__(self, i: int) -> tuple[int, torch.Tensor]:
         return i, self.ids[i]
-
-
-def load_vocabulary(path: str | Path) -> Vocabulary:
-    """The vocabulary of a run: its `vocab.json`, or the one saved inside a checkpoint."""
-    path = Path(path)
-    if not path.is_file():
-        why = f"{path} is a directory, not a file" if path.is_dir() else f"no such file {path}"
-        raise CorpusError(f"data.vocab: {why}")
-    if path.suffix == ".json":
-        try:
-            return Vocabulary.load(path)
-        except (ValueError, KeyError) as err:
-            raise CorpusError(f"data.vocab: {path}: not a seqvae vocab.json ({err})") from None
-    checkpoint = load_checkpoint(path, "data.vocab")
-    if "vocab" not in checkpoint:
-        raise CorpusError(f"data.vocab: {path}: the checkpoint holds no vocabulary (written before seqvae saved one)")
-    return Vocabulary.from_str(checkpoint["vocab"])
-
-
-def load_checkpoint(path: str | Path, option: str, map_location="cpu", **kwargs) -> dict:
-    """torch.load with weights_only=True: a checkpoint is data, and one that carries anything
-    but tensors, plain values and seqvae's registered classes is refused, in one line naming
-    the option, instead of running the code it pickled."""
-    import pickle
-
-    try:
-        return torch.load(path, map_location=map_location, weights_only=True, **kwargs)
-    except FileNotFoundError:
-        raise CorpusError(f"{option}: no such checkpoint file {path}") from None
-    except IsADirectoryError:
-        raise CorpusError(f"{option}: {path} is a directory, not a checkpoint file") from None
-    except pickle.UnpicklingError as err:
-        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise CorpusError(
-            f"{option}: {path}: refused to load (it carries objects other than weights and seqvae's settings; "
-            f"only load checkpoints you trust with torch.load(weights_only=False) yourself): {first}"
-        ) from None
-    except (RuntimeError, EOFError, ValueError):
-        # torch's own text names its zip reader's internals (`PytorchStreamReader failed reading
-        # zip archive: failed finding central directory`), not what is wrong with the file.
-        size = Path(path).stat().st_size
-        raise CorpusError(
-            f"{option}: {path}: not a readable checkpoint ({size} bytes: truncated, or not a file written by "
-            "torch.save / seqvae fit)"
-        ) from None

@@ -14,13 +14,30 @@ import pytorch_lightning as pl
 import torch
 from torch.utils.data import DataLoader, Sampler
 
-# The names a user of the data layer needs, re-exported (`from seqvae.data import BOS_ID`).
-from seqvae.text.corpus import BOS, BOS_ID, EOS, EOS_ID, PAD, PAD_ID, UNK_ID, Corpus, IndexedTexts, Vocabulary  # noqa: F401
-from seqvae.text.corpus import collate, label_format, load_checkpoint, load_vocabulary, read_corpus, run_seed, texts_digest  # noqa: F401
 from seqvae.errors import ConfigError, CorpusError  # noqa: F401
+from seqvae.options import DATA_OPTIONS, check_option
+
+# The names a user of the data layer needs, re-exported (`from seqvae.data import BOS_ID`).
+from seqvae.rundir.checkpoints import load_checkpoint, load_vocabulary  # noqa: F401
+from seqvae.text.corpus import (  # noqa: F401
+    BOS,
+    BOS_ID,
+    EOS,
+    EOS_ID,
+    PAD,
+    PAD_ID,
+    UNK_ID,
+    Corpus,
+    IndexedTexts,
+    Vocabulary,
+    collate,
+    label_format,
+    read_corpus,
+    run_seed,
+    texts_digest,
+)
 from seqvae.text.hints import label_column_hint, unk_token_hint  # noqa: F401
 from seqvae.text.splits import parse_line_range, parse_split, resolve_splits, split_value  # noqa: F401
-from seqvae.options import DATA_OPTIONS, check_option
 
 
 class _EpochHook:

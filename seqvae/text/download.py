@@ -9,12 +9,12 @@ complete corpus or the new complete one, never a half-written mix.
 from __future__ import annotations
 
 import argparse
+import errno
 import hashlib
 import html
 import http.client
 import http.cookiejar
 import os
-import errno
 import posixpath
 import re
 import shutil

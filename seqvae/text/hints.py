@@ -7,7 +7,6 @@ from collections import Counter
 
 from seqvae.text.corpus import Corpus, label_format
 
-
 UNK_SPELLINGS = ("<unk>", "_UNK", "UNK", "<UNK>", "[UNK]", "@@UNKNOWN@@", "<oov>", "OOV")
 
 
