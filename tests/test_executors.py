@@ -22,8 +22,8 @@ from submitit.core.test_core import MockedSubprocess
 from submitit.slurm.slurm import SlurmJob
 from test_sweep import DEMO, REPO, in_repo, tiny, write_grid  # noqa: F401  (fixtures)
 
-from seqvae import executors, sweep
-from seqvae.grid import Cell
+from seqvae.experiments import executors, sweep
+from seqvae.experiments.grid import Cell
 
 pytestmark = pytest.mark.usefixtures("in_repo")  # the grids name configs/demo.yaml
 
@@ -80,7 +80,7 @@ def test_submitit_local_grid_with_a_cell_killed_mid_run_and_resumed(tiny, tmp_pa
     path = write_grid(tmp_path / "grid.yaml", g)
     a, b = root / "a" / "seed1", root / "b" / "seed1"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, "-m", "seqvae.sweep", str(path), "--executor", "submitit-local"]
+    cmd = [sys.executable, "-m", "seqvae.experiments.sweep", str(path), "--executor", "submitit-local"]
     first = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
     # 1. Kill a's fit once it saved a mid-epoch checkpoint: the other cell goes on, a is reported.

@@ -17,7 +17,7 @@ import torch
 import yaml
 from test_model import write_corpus
 
-from seqvae import sweep
+from seqvae.experiments import sweep
 
 REPO = Path(__file__).resolve().parents[1]
 DEMO = "configs/demo.yaml"

@@ -1,7 +1,7 @@
-"""Where a sweep's cells run (`seqvae sweep GRID --executor local|slurm|submitit-local`), and what
-state each cell is in (`seqvae sweep GRID --status`).
+"""Where a sweep's cells run (`seqvae sweep GRID --executor local|slurm|submitit-local`): the
+`--executor` options, and the submitit runner.
 
-`local` (the default) runs each cell as a subprocess of the sweep (`sweep.run_cell`). `slurm`
+`local` (the default) runs each cell as a subprocess of the sweep (`local.LocalRunner`). `slurm`
 submits each cell as one submitit job (sbatch); `submitit-local` takes the same path with
 submitit's LocalExecutor (what CI and a laptop use). A job runs `seqvae fit` as its subprocess,
 output in the cell's `sweep.log`. The sweep follows its jobs in the foreground (a cell that
@@ -20,19 +20,17 @@ submitit-local passes G and the time limit on and ignores the cluster-only keys.
 
 Preemption and time limits: the job is a `submitit.helpers.Checkpointable`. At submitit's signal
 (USR2 `signal_delay_s` before the time limit, or at preemption) its `checkpoint()` stops the fit
-(SIGINT; SIGKILL after STOP_SECONDS) and submitit requeues the same cell; the requeued job starts
-the fit again with `--ckpt_path last.ckpt` (PeriodicCheckpoint's mid-epoch checkpoint or the last
-epoch's one): the exact resume of an interrupted local cell. At most REQUEUES time-outs per job.
+(SIGINT; SIGKILL after REQUEUE_STOP_SECONDS) and submitit requeues the same cell; the requeued job
+starts the fit again with `--ckpt_path last.ckpt` (PeriodicCheckpoint's mid-epoch checkpoint or the
+last epoch's one): the exact resume of an interrupted local cell. At most REQUEUES time-outs per job.
 
-State files in a cell's run directory (all `--status` and a rerun need, on the shared filesystem):
-    sweep.job   who runs the cell: {"executor", "job_id", "host", "folder", "submitted"}
-    sweep.run   the fit: {"job_id", "host", "pid", "started"}, then "ended" and "exit" (its status)
+A job writes the cell's sweep.job, sweep.run and sweep.log as a local cell does (`cells.py`, which
+also holds the constants both runners share); `job_state` tells a recorded job's state to `live`
+and to `--status` (`status.py`).
 """
 
 from __future__ import annotations
 
-import collections
-import json
 import os
 import shutil
 import signal
@@ -45,78 +43,30 @@ from pathlib import Path
 import submitit
 from submitit.helpers import Checkpointable
 
+from seqvae.experiments.cells import (  # noqa: F401  (read_json, write_json: the state files' API here too)
+    LOG_FILE,
+    POLL_SECONDS,
+    REQUEUE_STOP_SECONDS,
+    TAIL_LINES,
+    log_tail,
+    mark_ended,
+    mark_requeued,
+    mark_started,
+    now,
+    pid_alive,
+    proc_start,
+    read_job,
+    read_json,
+    write_job,
+    write_json,
+)
 from seqvae.experiments.grid import SLURM_KEYS, Cell, GridError, slurm_value
 
 EXECUTORS = ("local", "slurm", "submitit-local")
-STOP_SECONDS = 60  # checkpoint(): how long the fit gets to stop after SIGINT
 REQUEUES = 10  # time-outs a job may be requeued after (preemptions do not count)
 DEFAULT_TIMEOUT_MIN = {"slurm": 24 * 60, "submitit-local": 30 * 24 * 60}
-POLL_SECONDS = 2.0
-TAIL_LINES = 20
-JOB_FILE, RUN_FILE = "sweep.job", "sweep.run"
 RUNNING_STATES = ("RUNNING", "COMPLETING")
 QUEUED_STATES = ("PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "CONFIGURING", "SUSPENDED", "READY", "PREEMPTED")
-
-
-# ------------------------------------------------------------------------------------- state files
-def read_json(path: Path) -> dict:
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
-def write_json(path: Path, data: dict) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data, indent=1) + "\n")
-    tmp.replace(path)
-
-
-def now() -> str:
-    return time.strftime("%Y-%m-%d %H:%M:%S")
-
-
-def proc_start(pid: int) -> str | None:
-    """The start time of a process (/proc), which tells a reused pid from the one recorded; "Z"
-    for a zombie (ended, not yet reaped)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return "Z" if fields[0] == "Z" else fields[19]
-    except (OSError, IndexError):
-        return None
-
-
-def pid_alive(pid, start=None, host=None) -> bool | None:
-    """Whether the recorded process still runs (None: it ran on another host)."""
-    if host is not None and host != socket.gethostname():
-        return None
-    try:
-        os.kill(int(pid), 0)
-    except (ProcessLookupError, ValueError, TypeError):
-        return False
-    except PermissionError:
-        pass
-    return start is None or proc_start(int(pid)) in (None, start)
-
-
-def mark_started(run_dir: Path, job_id: str, pid: int, args: list[str] | None = None) -> None:
-    """`args`: the cell's `seqvae fit` arguments from its grid (without --ckpt_path), so that a
-    later sweep can tell a finished cell whose grid entry was edited since (`Cell.stale`)."""
-    info = {"job_id": job_id, "host": socket.gethostname(), "pid": pid, "pid_start": proc_start(pid), "started": now()}
-    write_json(run_dir / RUN_FILE, {**info, **({"args": list(args)} if args is not None else {})})
-
-
-def mark_ended(run_dir: Path, code: int | None) -> None:
-    write_json(run_dir / RUN_FILE, {**read_json(run_dir / RUN_FILE), "ended": now(), "exit": code})
-
-
-def log_tail(path: Path, lines: int = TAIL_LINES) -> list[str]:
-    try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            return [line.rstrip("\n") for line in f.readlines()[-lines:]]
-    except OSError:
-        return []
 
 
 # ------------------------------------------------------------------------------------- submitit
@@ -179,7 +129,7 @@ def _job_env() -> tuple[str | None, int]:
 
 def _fit_signals():  # before exec: the job handles preemption; SIGINT stops the fit even if the sweep ignores it (`… &`)
     signal.signal(submitit.JobEnvironment._usr_sig(), signal.SIG_IGN)
-    signal.signal(signal.SIGINT, signal.SIG_DFL)  # inherited SIG_IGN: no KeyboardInterrupt, killed after STOP_SECONDS
+    signal.signal(signal.SIGINT, signal.SIG_DFL)  # inherited SIG_IGN: no KeyboardInterrupt, killed after REQUEUE_STOP_SECONDS
 
 
 class CellJob(Checkpointable):
@@ -200,7 +150,7 @@ class CellJob(Checkpointable):
         job_id, rank = _job_env()
         cell.run_dir.mkdir(parents=True, exist_ok=True)
         args = [*cell.fit_args(), *self.extra_args]
-        with open(cell.run_dir / ("sweep.log" if rank == 0 else f"sweep.rank{rank}.log"), "a", encoding="utf-8") as log:
+        with open(cell.run_dir / (LOG_FILE if rank == 0 else f"sweep.rank{rank}.log"), "a", encoding="utf-8") as log:
             log.write(f"# {now()} seqvae fit {' '.join(args)}  (job {job_id}, rank {rank})\n")
             log.flush()
             self._proc = subprocess.Popen(
@@ -226,12 +176,12 @@ class CellJob(Checkpointable):
         if proc is not None and proc.poll() is None:
             proc.send_signal(signal.SIGINT)  # Lightning stops cleanly
             try:
-                proc.wait(timeout=STOP_SECONDS)
+                proc.wait(timeout=REQUEUE_STOP_SECONDS)
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
         if _job_env()[1] == 0:
-            write_json(self.cell.run_dir / RUN_FILE, {**read_json(self.cell.run_dir / RUN_FILE), "requeued": now()})
+            mark_requeued(self.cell.run_dir)
         return super().checkpoint(*args, **kwargs)
 
 
@@ -271,7 +221,7 @@ class JobHandle:
 
 
 class SubmititRunner:
-    """Runs cells as submitit jobs for `sweep.run_grid`: `run` submits one and follows it to its end;
+    """Runs cells as submitit jobs for `schedule.run_grid`: `run` submits one and follows it to its end;
     `live` finds a job of an earlier sweep still queued or running, and `follow` waits for it."""
 
     def __init__(self, kind: str, root_folder: Path, overrides: dict, command, say):
@@ -293,13 +243,12 @@ class SubmititRunner:
             cell.run_dir.mkdir(parents=True, exist_ok=True)
             submitted = make_executor(self.kind, folder, cell, resources).submit(job)
         start = proc_start(int(submitted.job_id)) if self.kind != "slurm" else None
-        info = {"executor": self.kind, "job_id": submitted.job_id, "host": socket.gethostname(), "folder": str(folder)}
-        write_json(cell.run_dir / JOB_FILE, {**info, "pid_start": start, "submitted": now()})
-        self.say(f"{cell.tag}: submitted as {self.kind} job {submitted.job_id} (log {cell.run_dir / 'sweep.log'})")
+        write_job(cell.run_dir, self.kind, submitted.job_id, folder=str(folder), pid_start=start, submitted=now())
+        self.say(f"{cell.tag}: submitted as {self.kind} job {submitted.job_id} (log {cell.run_dir / LOG_FILE})")
         return JobHandle(self.kind, submitted.job_id, str(folder), job=submitted, pid_start=start)
 
     def live(self, cell: Cell) -> JobHandle | None:
-        info = read_json(cell.run_dir / JOB_FILE)
+        info = read_job(cell.run_dir)
         if info.get("executor") != self.kind or job_state(info) not in ("RUNNING", "QUEUED"):
             return None
         return JobHandle(self.kind, str(info["job_id"]), info["folder"], pid_start=info.get("pid_start"))
@@ -312,13 +261,13 @@ class SubmititRunner:
             if self._stop.wait(POLL_SECONDS):
                 return None, [f"not followed any more; job {handle.job_id} goes on"]
         code, why = handle.outcome()
-        return code, (log_tail(cell.run_dir / "sweep.log") if code is None or code else []) + why
+        return code, (log_tail(cell.run_dir / LOG_FILE) if code is None or code else []) + why
 
     def stop(self) -> None:
         self._stop.set()
 
 
-# ------------------------------------------------------------------------------------- --status
+# ------------------------------------------------------------------------------------- a recorded job
 def job_state(info: dict) -> str | None:
     """RUNNING, QUEUED, ENDED, UNKNOWN (cannot tell from here), or None (no job recorded)."""
     if not info.get("job_id"):
@@ -332,71 +281,3 @@ def job_state(info: dict) -> str | None:
         return JobHandle(info["executor"], str(info["job_id"]), info.get("folder", "."), pid_start=info.get("pid_start")).state()
     except Exception:  # noqa: BLE001 - a status table must not fail on one cell
         return "UNKNOWN"
-
-
-def checkpoint_summary(path: Path, of: int | None) -> tuple[str, str]:
-    """("2/20, batch 120", "val/loss 95.312") of a last.ckpt: where it was saved and the latest
-    score of the checkpoint callback's monitor."""
-    from seqvae.experiments.sweep import checkpoint_position
-
-    where = (checkpoint_position(path, of) or "").removeprefix("epoch ")
-    try:
-        import torch
-
-        ckpt = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
-        for key, value in ckpt.get("callbacks", {}).items():
-            if key.startswith("ModelCheckpoint") and value.get("current_score") is not None:
-                return where, f"{value['monitor']} {float(value['current_score']):.3f}"
-    except Exception:  # noqa: BLE001 - being written; the next --status reads it
-        pass
-    return where, ""
-
-
-def cell_status(cell: Cell) -> dict:
-    """One row of `--status`: state (done, running, queued, failed, interrupted, not started),
-    epoch, last metric and job."""
-    from seqvae.experiments.sweep import max_epochs
-
-    job, run = read_json(cell.run_dir / JOB_FILE), read_json(cell.run_dir / RUN_FILE)
-    row = {"cell": cell.name, "state": "not started", "epoch": "", "metric": "", "job": ""}
-    if job.get("job_id"):
-        row["job"] = f"{job.get('executor')} {job['job_id']}"
-    metrics = read_json(cell.run_dir / "metrics.json") or (read_json(cell.export_dir / "metrics.json") if cell.export_dir else {})
-    if metrics:
-        config = cell.run_dir if (cell.run_dir / "metrics.json").is_file() else cell.export_dir
-        of = max_epochs(config)
-        row.update(
-            state="done" if config == cell.run_dir else "done (exported)", epoch=f"{metrics.get('epochs', '?')}/{of or '?'}"
-        )
-        key = next((k for k in ("test/iw_nll", "test/nll", "test/loss") if isinstance(metrics.get(k), (int, float))), None)
-        row["metric"] = f"{key} {metrics[key]:.3f}" if key else ""
-        return row
-    if cell.last_ckpt.is_file():
-        row["epoch"], row["metric"] = checkpoint_summary(cell.last_ckpt, max_epochs(cell.run_dir))
-    live = job_state(job)
-    this_run = run.get("job_id") is not None and str(run.get("job_id")) == str(job.get("job_id"))
-    if live == "UNKNOWN" and this_run and run.get("started") and "ended" not in run and "requeued" not in run:
-        live = "RUNNING"
-    elif live == "UNKNOWN" and job and (not this_run or "requeued" in run):
-        live = "QUEUED"
-    if live in ("RUNNING", "QUEUED"):
-        row["state"] = live.lower()
-        return row
-    code = run.get("exit") if this_run or not job else None
-    if isinstance(code, int) and code not in (0, 130, -signal.SIGINT):
-        row["state"] = f"failed (exit {code})"
-    elif cell.last_ckpt.is_file():
-        row["state"] = "interrupted"
-    elif job or (cell.run_dir.is_dir() and any(cell.run_dir.iterdir())):
-        row["state"] = "failed"
-    return row
-
-
-def status_table(cells: list[Cell]) -> list[str]:
-    """The lines of `seqvae sweep GRID --status`: one row per cell, then the count of each state."""
-    rows = [cell_status(c) for c in cells]
-    head = {"cell": "cell", "state": "state", "epoch": "epoch", "metric": "last metric", "job": "job"}
-    width = {k: max(len(r[k]) for r in [head, *rows]) for k in head}
-    lines = ["  ".join(r[k].ljust(width[k]) for k in head).rstrip() for r in [head, *rows]]
-    counts = collections.Counter(r["state"].split(" (")[0] for r in rows)
-    return [*lines, f"{len(rows)} cells: " + ", ".join(f"{n} {s}" for s, n in counts.items())]

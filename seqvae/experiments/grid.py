@@ -1,8 +1,9 @@
 """A sweep's grid file and its expansion into cells (`seqvae sweep GRID.yaml`; the file format
-is described in `seqvae/sweep.py`, which runs the cells): validation of every key with one-line
-errors naming the file and key, `${seed}`/`${variant}`/`${root}` interpolation, the
+is described in `seqvae/experiments/sweep.py`, which runs the cells): validation of every key with
+one-line errors naming the file and key, `${seed}`/`${variant}`/`${root}` interpolation, the
 `--variants` / `--seeds` selection, and the cluster resources of each cell (`slurm:`, used by
-`--executor slurm|submitit-local`, see `seqvae/executors.py`).
+`--executor slurm|submitit-local`, see `seqvae/experiments/executors.py`). What state a cell is in
+is read from its run directory by `seqvae/experiments/cells.py`.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import yaml
+
+from seqvae.experiments import cells as cell_state
 
 GRID_KEYS = ("root", "configs", "overrides", "seeds", "variants", "export", "slurm")
 VARIANT_KEYS = ("name", "configs", "overrides", "needs", "slurm")
@@ -60,24 +63,15 @@ class Cell:
 
     @property
     def last_ckpt(self) -> Path:
-        return self.run_dir / "checkpoints" / "last.ckpt"
+        return cell_state.last_ckpt(self.run_dir)
 
     def state(self) -> str:
-        if (self.run_dir / "metrics.json").is_file():
-            return "finished"
-        if self.last_ckpt.is_file():
-            return "interrupted"
-        if self.export_dir is not None and (self.export_dir / "metrics.json").is_file():
-            return "exported"  # finished on another machine; its run directory is not here
-        return "new"
+        """finished, interrupted, exported or new (`cells.state`)."""
+        return cell_state.state(self.run_dir, self.export_dir)
 
     def recorded_args(self) -> list[str] | None:
         """The grid arguments this cell's run started with (sweep.run), None if not recorded."""
-        try:
-            args = json.loads((self.run_dir / "sweep.run").read_text()).get("args")  # executors.RUN_FILE
-        except (OSError, ValueError, AttributeError):
-            return None
-        return args if isinstance(args, list) else None
+        return cell_state.recorded_args(self.run_dir)
 
     def fit_args(self) -> list[str]:
         return [*self.args, "--ckpt_path", str(self.last_ckpt)] if self.state() == "interrupted" else list(self.args)
@@ -186,6 +180,17 @@ def grid_cells(grid, source: str) -> list[Cell]:
 
 
 def _cells(grid) -> list[Cell]:
+    root, export, configs, common, resources, seeds = _top_level(grid)
+    if not isinstance(grid["variants"], list):
+        raise GridError("variants: expected a list of {name, configs, overrides, needs, slurm}")
+    variants: list[dict] = []
+    for i, v in enumerate(grid["variants"]):
+        variants.append(_variant(v, f"variants[{i}]", [w["name"] for w in variants], configs, common, resources))
+    return _expand(root, export, seeds, variants)
+
+
+def _top_level(grid) -> tuple[str, str | None, list[str], dict, dict, list[int]]:
+    """The grid's own keys, checked: (root, export, configs, overrides, slurm, seeds)."""
     if not isinstance(grid, dict):
         raise GridError(f"expected a mapping with keys {', '.join(GRID_KEYS)}")
     for key in grid:
@@ -210,34 +215,37 @@ def _cells(grid) -> list[Cell]:
         raise GridError(f"seeds: each must be in [0, 2**32 - 1], got {[s for s in seeds if not 0 <= s < 2**32]}")
     if len(set(seeds)) < len(seeds):
         raise GridError("seeds: repeated seed")
-    if not isinstance(grid["variants"], list):
-        raise GridError("variants: expected a list of {name, configs, overrides, needs, slurm}")
-    variants = []
-    for i, v in enumerate(grid["variants"]):
-        where = f"variants[{i}]"
-        if not isinstance(v, dict):
-            raise GridError(f"{where}: expected a mapping with keys {', '.join(VARIANT_KEYS)}")
-        for key in v:
-            if key not in VARIANT_KEYS:
-                raise GridError(f"{where}.{key}: unknown key (expected {', '.join(VARIANT_KEYS)})")
-        name = v.get("name")
-        if not isinstance(name, str) or not NAME.fullmatch(name):
-            raise GridError(f"{where}.name: missing or not a directory name (letters, digits, _ . + -)")
-        if name in [w["name"] for w in variants]:
-            raise GridError(f"{where}.name: repeated variant {name}")
-        needs = v.get("needs") or []
-        if not isinstance(needs, list) or not all(isinstance(n, str) for n in needs):
-            raise GridError(f"{where}.needs: expected a list of variant names")
-        for n in needs:
-            if n not in [w["name"] for w in variants]:
-                raise GridError(f"{where}.needs: {n} is not a variant listed before {name}")
-        extra = _config_list(v.get("configs"), f"{where}.configs")
-        overrides = {**common, **_overrides(v.get("overrides"), f"{where}.overrides")}
-        where_of = {k: (f"{where}.overrides.{k}" if k in (v.get("overrides") or {}) else f"overrides.{k}") for k in overrides}
-        slurm = {**resources, **_slurm(v.get("slurm"), f"{where}.slurm")}
-        variants.append(
-            {"name": name, "configs": configs + extra, "overrides": overrides, "where": where_of, "needs": needs, "slurm": slurm}
-        )
+    return root, export, configs, common, resources, seeds
+
+
+def _variant(v, where: str, earlier: list[str], configs: list[str], common: dict, resources: dict) -> dict:
+    """One checked entry of `variants` (`earlier`: the names listed before it), merged with the
+    grid's configs, overrides and slurm; "where" says which file key each override came from."""
+    if not isinstance(v, dict):
+        raise GridError(f"{where}: expected a mapping with keys {', '.join(VARIANT_KEYS)}")
+    for key in v:
+        if key not in VARIANT_KEYS:
+            raise GridError(f"{where}.{key}: unknown key (expected {', '.join(VARIANT_KEYS)})")
+    name = v.get("name")
+    if not isinstance(name, str) or not NAME.fullmatch(name):
+        raise GridError(f"{where}.name: missing or not a directory name (letters, digits, _ . + -)")
+    if name in earlier:
+        raise GridError(f"{where}.name: repeated variant {name}")
+    needs = v.get("needs") or []
+    if not isinstance(needs, list) or not all(isinstance(n, str) for n in needs):
+        raise GridError(f"{where}.needs: expected a list of variant names")
+    for n in needs:
+        if n not in earlier:
+            raise GridError(f"{where}.needs: {n} is not a variant listed before {name}")
+    extra = _config_list(v.get("configs"), f"{where}.configs")
+    overrides = {**common, **_overrides(v.get("overrides"), f"{where}.overrides")}
+    where_of = {k: (f"{where}.overrides.{k}" if k in (v.get("overrides") or {}) else f"overrides.{k}") for k in overrides}
+    slurm = {**resources, **_slurm(v.get("slurm"), f"{where}.slurm")}
+    return {"name": name, "configs": configs + extra, "overrides": overrides, "where": where_of, "needs": needs, "slurm": slurm}
+
+
+def _expand(root: str, export: str | None, seeds: list[int], variants: list[dict]) -> list[Cell]:
+    """The cells, seed by seed in the order of `variants`, with their `seqvae fit` arguments."""
     total = len(seeds) * len(variants)
     cells = []
     for seed in seeds:

@@ -17,7 +17,7 @@ The grid file (see configs/sweeps/):
         overrides: {model.pooling: last} # optional; win over the common overrides
         needs: []                        # optional: variants whose cell of the same seed must finish first
         slurm: {gpus_per_node: 4}        # optional; wins over the grid's slurm
-    slurm: {partition: gpu}              # optional: resources of --executor slurm (seqvae/executors.py)
+    slurm: {partition: gpu}              # optional: resources of --executor slurm (executors.py)
 
 Override values may use `${seed}`, `${variant}` and `${root}`. Cells run seed by seed, in the order
 of `variants` (seed 1 of every variant, then seed 2, …), each as its own subprocess, so a crash
@@ -32,332 +32,46 @@ unfinished cell `needs` (its checkpoint is an input) is run again. `--no-export`
 `sweep.log` in its run directory; finished cells get a curves.csv (validation curves from the event
 files) for `seqvae compare --plots`. At the end the compare table of the finished cells is printed.
 `--executor slurm` submits each cell as a submitit job instead, `submitit-local` as a local
-submitit job (seqvae/executors.py); skipping, resuming, `needs`, export and the table stay the
+submitit job (executors.py); skipping, resuming, `needs`, export and the table stay the
 same. `--status` prints each cell's state, epoch, last metric and job (sweep.job, sweep.run).
 Ctrl-C or `kill PID` of the sweep stops its cells cleanly (SIGINT; each keeps its last
 checkpoint and shows as interrupted in `--status`), never leaving them running orphaned.
 Exit status: 0 when every cell finished, 1 when one failed or was blocked, 2 for a bad grid file,
 130 when interrupted.
+
+The modules of seqvae/experiments: grid.py (the grid file, its cells), cells.py (a cell's command,
+state files and state; the shared constants), schedule.py (`run_grid`: order, needs, jobs at a time,
+skip/resume, export), local.py (`--executor local`), executors.py (the submitit runner), status.py
+(`--status`) and this one (the command line, checks, dry run and compare table).
 """
 
 from __future__ import annotations
 
 import argparse
-import collections
+import contextlib
 import dataclasses
-import os
-import shlex
 import shutil
 import signal
-import subprocess
 import sys
 import threading
-import time
-from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from pathlib import Path
-
-import yaml
 
 from seqvae.analysis import compare
 from seqvae.experiments import executors
-from seqvae.rundir.export import result_files
+from seqvae.experiments.cells import (  # noqa: F401  (checkpoint_position, max_epochs: part of this module's API)
+    GRACE_SECONDS,
+    STOP_SECONDS,
+    checkpoint_position,
+    command_line,
+    fit_command,
+    has_leftovers,
+    max_epochs,
+    say,
+)
 from seqvae.experiments.grid import Cell, GridError, load_grid, select  # noqa: F401  (load_grid: part of this module's API)
-from seqvae.clock import clock
-
-POLL_SECONDS = 2.0
-TAIL_LINES = 20
-
-
-# ------------------------------------------------------------------------------------- running
-def say(text: str) -> None:
-    print(f"seqvae sweep: {text}", file=sys.stderr, flush=True)
-
-
-def command_line(cell: Cell) -> str:
-    return "seqvae fit " + shlex.join(cell.fit_args())
-
-
-def fit_command(args: list[str]) -> list[str]:
-    # The interpreter running the sweep, so the cells see the same environment and package.
-    # `-m`, not `-c`: Lightning's DDP launcher restarts sys.argv for the other ranks.
-    return [sys.executable, "-m", "seqvae.cli", "fit", *args]
-
-
-def move_aside(cell: Cell) -> Path:
-    n, target = 1, cell.run_dir.with_name(f"failed-seed{cell.seed}")
-    while target.exists():
-        n += 1
-        target = cell.run_dir.with_name(f"failed-seed{cell.seed}-{n}")
-    cell.run_dir.rename(target)
-    return target
-
-
-def checkpoint_position(path: Path, of: int | None) -> str | None:
-    """Where `last.ckpt` was saved: "epoch 3/20" at an epoch end, "epoch 4/20, batch 120" mid-epoch
-    (PeriodicCheckpoint); None while it is being written."""
-    try:
-        import torch
-
-        ckpt = torch.load(path, map_location="cpu", weights_only=True, mmap=True)  # data, never code
-        epoch = f"epoch {int(ckpt['epoch']) + 1}{f'/{of}' if of else ''}"
-        batches = ckpt.get("loops", {}).get("fit_loop", {}).get("epoch_loop.batch_progress", {})
-        if batches and not batches.get("is_last_batch", True):
-            return f"{epoch}, batch {batches['current']['processed']}"
-        return epoch
-    except Exception:  # noqa: BLE001 - a half-written file; the next poll reads it
-        return None
-
-
-def max_epochs(run_dir: Path) -> int | None:
-    try:
-        return (yaml.safe_load((run_dir / "config.yaml").read_text()) or {}).get("trainer", {}).get("max_epochs")
-    except (OSError, yaml.YAMLError, AttributeError):
-        return None
-
-
-# The cells' processes while they run, and whether the sweep was interrupted: an interruption
-# reaches the main thread only (KeyboardInterrupt, or SIGTERM turned into one), which passes it on
-# to the cells (LocalRunner.stop); the threads that follow them then record "interrupted".
-_LIVE: set[subprocess.Popen] = set()
-_STOPPING = threading.Event()
-GRACE_SECONDS = 10  # for a cell to stop on the SIGINT a terminal's Ctrl-C already sent it
-STOP_SECONDS = 120  # for a cell to stop after the SIGINT the sweep sends; then it is killed
-
-
-def run_cell(cell: Cell, one_thread: bool = False) -> tuple[int, list[str]]:
-    """Runs one `seqvae fit`; its output goes to sweep.log. Returns (exit status, stderr tail).
-    `one_thread`: cells run side by side, so each gets one torch thread unless OMP_NUM_THREADS
-    says otherwise (several multi-threaded runs on the same cores stall each other)."""
-    cell.run_dir.mkdir(parents=True, exist_ok=True)
-    args = cell.fit_args()
-    tail: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    if one_thread:
-        env.setdefault("OMP_NUM_THREADS", "1")
-    start = time.monotonic()
-    with open(cell.run_dir / "sweep.log", "a", encoding="utf-8") as log:
-        log.write(f"# {time.strftime('%Y-%m-%d %H:%M:%S')} {command_line(cell)}\n")
-        log.flush()
-        proc = subprocess.Popen(
-            fit_command(args), stdout=log, stderr=subprocess.PIPE, env=env, encoding="utf-8", errors="replace"
-        )
-        _LIVE.add(proc)
-        info = {"executor": "local", "job_id": str(proc.pid), "host": executors.socket.gethostname()}
-        executors.write_json(cell.run_dir / executors.JOB_FILE, {**info, "pid_start": executors.proc_start(proc.pid)})
-        executors.mark_started(cell.run_dir, str(proc.pid), proc.pid, cell.args)
-
-        def read_stderr():
-            for line in proc.stderr:
-                log.write(line)
-                log.flush()
-                tail.append(line.rstrip("\n"))
-
-        reader = threading.Thread(target=read_stderr, daemon=True)
-        reader.start()
-        seen = cell.last_ckpt.stat().st_mtime if cell.last_ckpt.exists() else None
-        try:
-            while True:
-                try:
-                    proc.wait(timeout=POLL_SECONDS)
-                    break
-                except subprocess.TimeoutExpired:
-                    pass
-                mtime = cell.last_ckpt.stat().st_mtime if cell.last_ckpt.exists() else None
-                if mtime is not None and mtime != seen:
-                    where = checkpoint_position(cell.last_ckpt, max_epochs(cell.run_dir))
-                    if where is not None:
-                        seen = mtime
-                        say(f"{cell.tag}: {where} saved, {clock(time.monotonic() - start)} elapsed")
-        except KeyboardInterrupt:
-            # Only where run_cell runs on the main thread (a direct call): the sweep runs cells in
-            # pool threads, and LocalRunner.stop stops them. A fit that missed the SIGINT gets one.
-            stop_processes([proc])
-            executors.mark_ended(cell.run_dir, "interrupted")  # --status: resumable, not failed
-            raise
-        finally:
-            reader.join(timeout=10)
-            _LIVE.discard(proc)
-    # --status: a cell stopped by the sweep's interruption is resumable, not failed
-    executors.mark_ended(cell.run_dir, "interrupted" if _STOPPING.is_set() else proc.returncode)
-    return proc.returncode, list(tail)
-
-
-class LocalRunner:
-    """Cells as subprocesses of the sweep (`--executor local`): the interface of executors.SubmititRunner."""
-
-    def run(self, cell: Cell, one_thread: bool = False) -> tuple[int | None, list[str]]:
-        return run_cell(cell, one_thread)
-
-    def live(self, cell: Cell):
-        return None  # a local cell lives only as long as the sweep that runs it
-
-    def stop(self) -> None:
-        """The sweep was interrupted: each cell gets SIGINT (unless it already stopped on the one
-        a terminal sends the whole process group), Lightning's clean stop; its last checkpoint
-        stays, so rerunning the sweep resumes it. A cell that does not stop is killed."""
-        _STOPPING.set()
-        stop_processes(list(_LIVE))
-
-
-def stop_processes(procs: list[subprocess.Popen]) -> None:
-    """Waits GRACE_SECONDS for each fit to stop on a SIGINT it may already have had (a
-    terminal's Ctrl-C goes to the whole process group), then sends one, then kills a fit that
-    is still running STOP_SECONDS later."""
-    deadline = time.monotonic() + GRACE_SECONDS
-    for proc in procs:
-        try:
-            proc.wait(timeout=max(0.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            proc.send_signal(signal.SIGINT)
-    for proc in procs:
-        try:
-            proc.wait(timeout=STOP_SECONDS)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-
-
-def write_curves(run_dir: Path) -> None:
-    """curves.csv for `seqvae compare --plots`; kept when it is newer than metrics.json."""
-    out = run_dir / "curves.csv"
-    if out.exists() and out.stat().st_mtime >= (run_dir / "metrics.json").stat().st_mtime:
-        return
-    compare.write_curves(run_dir, out)
-
-
-def export_cell(cell: Cell) -> bool:
-    """Copies a finished cell's result files (`result_files`) to its export directory (small
-    files, meant to be committed; checkpoints and event files stay in the run directory).
-    Returns whether it copied (False: no export directory, or already there and up to date)."""
-    if cell.export_dir is None:
-        return False
-    done = cell.export_dir / "metrics.json"
-    if done.exists() and done.stat().st_mtime >= (cell.run_dir / "metrics.json").stat().st_mtime:
-        return False
-    cell.export_dir.mkdir(parents=True, exist_ok=True)
-    for name in result_files(cell.run_dir):
-        if (cell.run_dir / name).exists():
-            shutil.copy2(cell.run_dir / name, cell.export_dir / name)
-    return True
-
-
-def finish(cell: Cell) -> None:
-    try:
-        write_curves(cell.run_dir)
-    except Exception as err:  # noqa: BLE001 - the table does not need the curves
-        say(f"{cell.tag}: no curves.csv ({' '.join(str(err).split())})")
-    if export_cell(cell):
-        say(f"{cell.tag}: results copied to {cell.export_dir}")
-
-
-def needed_again(cells: list[Cell]) -> set[Path]:
-    """The run directories of exported cells that an unfinished cell needs: an exported cell's
-    checkpoint went with the machine that ran it, and freebits loads the autoencoder's best.ckpt."""
-    needed = {n for c in cells if c.state() not in ("finished", "exported") for n in c.needs}
-    return {c.run_dir for c in cells if c.state() == "exported" and c.run_dir in needed}
-
-
-def run_grid(cells: list[Cell], jobs: int = 1, runner=None) -> list[Cell]:
-    """Runs the cells that have not finished, in grid order, `jobs` at a time (a cell whose
-    `needs` are still running waits for them), each through `runner` (LocalRunner, or
-    executors.SubmititRunner: a cell whose job is still queued or running is followed, not
-    submitted again). Returns the cells that failed or were blocked."""
-    runner = runner or LocalRunner()
-    start = time.monotonic()
-    durations: list[float] = []
-    failed: list[Cell] = []
-    counts = collections.Counter()
-    pending, running, settled = list(cells), {}, 0
-    rerun = needed_again(cells)
-
-    def skippable(cell):
-        return cell.state() == "finished" or (cell.state() == "exported" and cell.run_dir not in rerun)
-
-    def progress():
-        left = sum(not skippable(c) for c in pending)
-        todo = left + len(running)
-        mean = sum(durations) / len(durations) if durations else None
-        eta = "ETA 0:00" if not todo else f"ETA {clock(mean * todo / min(jobs, todo))}" if mean else "ETA ?"
-        elapsed = clock(time.monotonic() - start)
-        say(f"grid {settled}/{len(cells)} done, {len(running)} running, {left} left, {elapsed} elapsed, {eta}")
-
-    def timed(cell, handle=None):
-        t0 = time.monotonic()
-        code, tail = runner.follow(cell, handle) if handle else runner.run(cell, one_thread=jobs > 1)
-        return code, tail, time.monotonic() - t0, handle is None
-
-    with ThreadPoolExecutor(max_workers=jobs) as pool:
-        try:
-            while pending or running:
-                for cell in list(pending):
-                    if len(running) >= jobs:
-                        break
-                    if skippable(cell):
-                        pending.remove(cell)
-                        if cell.state() == "finished":
-                            say(f"{cell.tag}: finished ({cell.run_dir / 'metrics.json'}), skipped")
-                            finish(cell)  # a run finished by hand, or an export directory added later
-                        else:
-                            say(f"{cell.tag}: results exported earlier ({cell.export_dir / 'metrics.json'}), skipped")
-                        counts["skipped"] += 1
-                        settled += 1
-                        progress()
-                        continue
-                    handle = runner.live(cell)
-                    if handle is not None:  # submitted by an earlier sweep, still queued or running
-                        pending.remove(cell)
-                        say(f"{cell.tag}: job {handle.job_id} submitted earlier is {handle.state().lower()}: following it")
-                        running[pool.submit(timed, cell, handle)] = cell
-                        continue
-                    unmet = [n for n in cell.needs if not (n / "metrics.json").is_file()]
-                    if any(c.run_dir in unmet for c in [*running.values(), *pending[: pending.index(cell)]]):
-                        continue  # what it needs may still finish
-                    pending.remove(cell)
-                    if unmet:
-                        say(f"{cell.tag}: blocked: needs {', '.join(map(str, unmet))} finished first")
-                        counts["blocked"] += 1
-                        failed.append(cell)
-                        settled += 1
-                        progress()
-                        continue
-                    if cell.state() == "interrupted":
-                        say(f"{cell.tag}: resuming from {cell.last_ckpt}")
-                    elif cell.state() == "exported":
-                        again = f"but a later cell needs its checkpoint: starting again in {cell.run_dir}"
-                        say(f"{cell.tag}: exported earlier, {again}")
-                    else:
-                        if cell.run_dir.exists() and any(cell.run_dir.iterdir()):
-                            say(f"{cell.tag}: moved the leftovers of a failed start to {move_aside(cell)}")
-                        say(f"{cell.tag}: starting in {cell.run_dir}")
-                    running[pool.submit(timed, cell)] = cell
-                if not running:
-                    continue
-                done, _ = wait(running, return_when=FIRST_COMPLETED)
-                for future in done:
-                    cell = running.pop(future)
-                    code, tail, took, whole = future.result()
-                    settled += 1
-                    if code == 0 and cell.state() == "finished":
-                        if whole:  # not a job followed from its middle
-                            durations.append(took)
-                        counts["ran"] += 1
-                        say(f"{cell.tag}: done in {clock(took)}")
-                        finish(cell)
-                    else:
-                        counts["failed"] += 1
-                        failed.append(cell)
-                        why = "job failed" if code is None else f"exit {code}" if code else "no metrics.json"
-                        say(f"{cell.tag}: FAILED ({why}) after {clock(took)}; log {cell.run_dir / 'sweep.log'}; its tail:")
-                        for line in tail:
-                            print(f"    {line}", file=sys.stderr)
-                    progress()
-        except KeyboardInterrupt:
-            runner.stop()  # the threads that follow jobs return
-            raise
-    summary = ", ".join(f"{n} {k}" for k, n in counts.items())
-    say(f"{len(cells)} cells ({summary}) in {clock(time.monotonic() - start)}")
-    if failed:
-        say(f"not finished: {', '.join(c.name for c in sorted(failed, key=lambda c: c.index))}")
-    return failed
+from seqvae.experiments.local import LocalRunner
+from seqvae.experiments.schedule import needed_again, run_grid  # noqa: F401  (run_grid: part of this module's API, scripts use it)
+from seqvae.experiments.status import status_table
 
 
 def check_variants(cells: list[Cell]) -> None:
@@ -413,10 +127,10 @@ def dry_run(cells: list[Cell]) -> None:
             print(f"# {cell.tag}: exported earlier, skip ({cell.export_dir / 'metrics.json'})")
             continue
         action = "resume" if state == "interrupted" else "start"
-        if state == "new" and cell.run_dir.exists() and any(cell.run_dir.iterdir()):
+        if state == "new" and has_leftovers(cell.run_dir):
             action += " (after moving the leftovers of a failed start aside)"
         print(f"# {cell.tag}: {action}")
-        print(command_line(cell))
+        print(command_line(cell.fit_args()))
 
 
 def compare_cells(cells: list[Cell], fmt: str, plots: Path | None) -> int:
@@ -429,7 +143,7 @@ def compare_cells(cells: list[Cell], fmt: str, plots: Path | None) -> int:
     return compare.main([*done, "--format", fmt, *(["--plots", str(plots)] if plots else [])])
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="seqvae sweep", description="Runs a grid of variants × seeds resumably, then compares.")
     parser.add_argument("grid", metavar="GRID.yaml", help="the grid file (see configs/sweeps/)")
     parser.add_argument("--dry-run", action="store_true", help="print what each cell would do and its command; run nothing")
@@ -448,6 +162,11 @@ def main(argv: list[str] | None = None) -> int:
         help="ignore the grid's `export`: rerun cells whose results are committed there, and copy nothing to it",
     )
     executors.add_arguments(parser)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
     args = parser.parse_args(argv)
     if args.jobs is not None and args.jobs < 1:
         parser.error(f"--jobs: must be >= 1, got {args.jobs}")
@@ -472,20 +191,46 @@ def main(argv: list[str] | None = None) -> int:
     if args.compare:
         return compare_cells(cells, args.format, args.plots)
     if args.status:
-        print("\n".join(executors.status_table(cells)))
+        print("\n".join(status_table(cells)))
         return 0
-    runner, jobs = LocalRunner(), args.jobs or 1
-    if args.executor != "local":
-        if args.executor == "slurm" and shutil.which("sbatch") is None:
-            print(
-                "seqvae sweep: error: --executor slurm: no sbatch on this machine (run it on a SLURM login node)", file=sys.stderr
-            )
-            return 2
-        folder = cells[0].run_dir.parents[1] / ".submitit"  # submitit's pickles and logs: <root>/.submitit/<job id>_*
-        runner = executors.SubmititRunner(args.executor, folder, overrides, fit_command, say)
-        jobs = args.jobs or (len(cells) if args.executor == "slurm" else 1)
+    return run(cells, args, overrides)
 
-    def terminate(signum, frame):  # `kill PID` of the sweep: stop like Ctrl-C, not orphan the cells
+
+def run(cells: list[Cell], args: argparse.Namespace, overrides: dict) -> int:
+    """Runs the grid through the runner of `--executor`, then prints the compare table."""
+    picked = runner_of(cells, args, overrides)
+    if picked is None:
+        return 2
+    runner, jobs = picked
+    try:
+        with interruptible():
+            failed = run_grid(cells, max(1, jobs), runner)
+    except KeyboardInterrupt:
+        say(f"interrupted{'; submitted jobs go on' if args.executor == 'slurm' else ''}; rerun the same command to resume")
+        return 130
+    code = compare_cells(cells, args.format, args.plots)
+    return 1 if failed or code else 0
+
+
+def runner_of(cells: list[Cell], args: argparse.Namespace, overrides: dict) -> tuple[object, int] | None:
+    """(the runner of `--executor`, cells at a time); None after the error line when it cannot run here."""
+    if args.executor == "local":
+        # this module's fit_command, GRACE_SECONDS and STOP_SECONDS, looked up at each run: a caller may set them here
+        return LocalRunner(fit_command, say, GRACE_SECONDS, STOP_SECONDS), args.jobs or 1
+    if args.executor == "slurm" and shutil.which("sbatch") is None:
+        print("seqvae sweep: error: --executor slurm: no sbatch on this machine (run it on a SLURM login node)", file=sys.stderr)
+        return None
+    folder = cells[0].run_dir.parents[1] / ".submitit"  # submitit's pickles and logs: <root>/.submitit/<job id>_*
+    runner = executors.SubmititRunner(args.executor, folder, overrides, fit_command, say)
+    return runner, args.jobs or (len(cells) if args.executor == "slurm" else 1)
+
+
+@contextlib.contextmanager
+def interruptible():
+    """`kill PID` of the sweep stops it like Ctrl-C (KeyboardInterrupt), not orphaning the cells;
+    the signal handlers as they were afterwards."""
+
+    def terminate(signum, frame):
         raise KeyboardInterrupt
 
     main_thread = threading.current_thread() is threading.main_thread()  # where signal handlers may be set
@@ -496,19 +241,13 @@ def main(argv: list[str] | None = None) -> int:
     ignored_sigint = main_thread and signal.getsignal(signal.SIGINT) is signal.SIG_IGN
     if ignored_sigint:
         signal.signal(signal.SIGINT, signal.default_int_handler)
-    _STOPPING.clear()
     try:
-        failed = run_grid(cells, max(1, jobs), runner)
-    except KeyboardInterrupt:
-        say(f"interrupted{'; submitted jobs go on' if args.executor == 'slurm' else ''}; rerun the same command to resume")
-        return 130
+        yield
     finally:
         if main_thread:
             signal.signal(signal.SIGTERM, previous)
         if ignored_sigint:
             signal.signal(signal.SIGINT, signal.SIG_IGN)
-    code = compare_cells(cells, args.format, args.plots)
-    return 1 if failed or code else 0
 
 
 if __name__ == "__main__":
