@@ -1,13 +1,16 @@
-"""`seqvae` command line: LightningCLI (fit/validate/test/predict) plus `seqvae download`, `compare` and `sweep`.
+"""The LightningCLI of `seqvae fit/validate/test/predict`: parsing, checks and wiring.
+(`seqvae.commands.main` is the entry point and sends the tools elsewhere; `python -m
+seqvae.cli fit …`, as sweeps run it, goes straight to `run_lightning`.)
 
 A run directory is the contract: `<save_dir>/<name>/<version>/` holds `config.yaml`,
 `hparams.yaml`, `vocab.json`, TensorBoard events, `checkpoints/{best,last}.ckpt` and
 `metrics.json` (test metrics of the best checkpoint). `fit` tests the best checkpoint itself.
+seqvae/rundir writes them: files.py (names, atomic writes), callbacks.py (config, vocabulary,
+checkpoints), results.py (metrics.json, per_text.csv, curves.csv, predictions.txt).
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 import sys
@@ -15,93 +18,24 @@ import warnings
 from pathlib import Path
 
 from jsonargparse import ArgumentError, lazy_instance
-from pytorch_lightning.callbacks import ModelCheckpoint
-from pytorch_lightning.cli import LightningCLI, SaveConfigCallback
+from pytorch_lightning.cli import LightningCLI
 from pytorch_lightning.loggers import TensorBoardLogger
 
+from seqvae.config_sources import check_config_files, file_setting, integer_limits, settle_splits
+from seqvae.core.generation import lines_of_file
+from seqvae.core.model import AGGRESSIVE_DDP, NonFiniteError, SeqVAE, pretrained_encoder
+from seqvae.errors import ConfigError, CorpusError
+from seqvae.options import check_parsed
+from seqvae.rundir.callbacks import RunCheckpoint, RunDirConfig
+from seqvae.rundir.checkpoints import load_checkpoint
+from seqvae.rundir.files import BEST, CONFIG, LAST, checkpoint_path
+from seqvae.rundir.results import write_fit_curves, write_predictions, write_test_results
+from seqvae.text.corpus import Vocabulary
+from seqvae.text.datamodule import TextDataModule
+from seqvae.text.hints import data_line, fallback_warnings, unk_rate_hint
 from seqvae.training.allocator import reuse_freed_memory
 from seqvae.training.callbacks import LatentDimensions, PeriodicCheckpoint, PlateauRule, TextSamples
-from seqvae.commands import main  # noqa: F401  (the entry point; `seqvae.cli.main` kept for scripts and tests)
-from seqvae.config_sources import check_config_files, file_setting, integer_limits, settle_splits
-from seqvae.text.datamodule import CorpusError, TextDataModule, Vocabulary, load_checkpoint
-from seqvae.core.generation import lines_of_file
-from seqvae.text.hints import data_line, fallback_warnings, unk_rate_hint
 from seqvae.training.log_lines import EpochLine, TestProgress
-from seqvae.core.model import AGGRESSIVE_DDP, ConfigError, NonFiniteError, SeqVAE, pretrained_encoder
-from seqvae.options import check_parsed
-from seqvae.rundir.provenance import provenance
-from seqvae.rundir.run_files import (
-    drop_empty_event_files,
-    free_number,
-    log_hparams,
-    numbered,
-    per_text_csv,
-    run_hparams,
-    write_new_file,
-    write_new_files,
-)
-
-
-class RunDirConfig(SaveConfigCallback):
-    """Saves config.yaml and vocab.json in the run directory. A resumed run (`--ckpt_path`)
-    keeps the config it started with instead of refusing to overwrite it."""
-
-    resuming = False  # set by the CLI before `fit --ckpt_path`
-
-    def setup(self, trainer, pl_module, stage):
-        # `trainer.log_dir` broadcasts under DDP: read it here, on every rank, not in
-        # save_config (rank 0 only), which would leave the other ranks waiting.
-        self._log_dir = trainer.log_dir
-        if self.resuming and self._log_dir and (Path(self._log_dir) / self.config_filename).exists():
-            self.already_saved = True
-        super().setup(trainer, pl_module, stage)
-
-    def save_config(self, trainer, pl_module, stage):
-        dm = trainer.datamodule
-        if self._log_dir and dm is not None and hasattr(dm, "vocab"):
-            path = Path(self._log_dir) / "vocab.json"
-            if not path.exists():
-                dm.vocab.save(path)
-
-
-class RunCheckpoint(ModelCheckpoint):
-    """Lightning's ModelCheckpoint (`--checkpoint.*`) that, when a checkpoint is only evaluated
-    (test/validate/predict into a new run directory), leaves the training run's checkpoint
-    bookkeeping alone instead of warning that its directory differs from this run's."""
-
-    def setup(self, trainer, pl_module, stage):
-        super().setup(trainer, pl_module, stage)
-        self._fitting = stage == "fit"
-
-    def load_state_dict(self, state_dict):
-        if getattr(self, "_fitting", True):
-            super().load_state_dict(self._moved(state_dict))
-
-    def _moved(self, state_dict: dict) -> dict:
-        """A run directory moved or copied elsewhere and resumed there: its checkpoint paths,
-        re-rooted when every file they name is in the new directory. (Lightning keeps the old
-        best path, so the next best checkpoint was written beside the old one as best-v1.ckpt.)
-        Resuming another run's checkpoint into a new directory keeps Lightning's handling."""
-        old, new = state_dict.get("dirpath"), self.dirpath
-        if not old or not new or old == new:
-            return state_dict
-
-        def moved(path):
-            return str(Path(new) / Path(path).relative_to(old)) if path and Path(path).is_relative_to(old) else path
-
-        keys = ("best_model_path", "kth_best_model_path", "last_model_path")
-        paths = [state_dict.get(k) for k in keys] + list(state_dict.get("best_k_models", {}))
-        if not all(Path(moved(p)).is_file() for p in paths if p):
-            return state_dict
-        out = {k: moved(v) if k in keys else v for k, v in state_dict.items()}
-        out["best_k_models"] = {moved(k): v for k, v in state_dict.get("best_k_models", {}).items()}
-        out["dirpath"] = new
-        return out
-
-    @property
-    def state_key(self) -> str:
-        # ModelCheckpoint's key: checkpoints written before this subclass resume with its state.
-        return super().state_key.replace(type(self).__qualname__, ModelCheckpoint.__qualname__, 1)
 
 
 class SeqVAECLI(LightningCLI):
@@ -139,7 +73,7 @@ class SeqVAECLI(LightningCLI):
         parser.set_defaults(
             {
                 "checkpoint.monitor": "val/loss",
-                "checkpoint.filename": "best",
+                "checkpoint.filename": BEST,
                 "checkpoint.save_last": True,
                 "checkpoint.auto_insert_metric_name": False,
                 "trainer.logger": lazy_instance(TensorBoardLogger, save_dir="runs", name="default", default_hp_metric=False),
@@ -184,7 +118,7 @@ class SeqVAECLI(LightningCLI):
         if version is None or not args.get("save_dir"):
             return
         run = Path(args.save_dir, args.get("name") or "", version if isinstance(version, str) else f"version_{version}")
-        if (run / "config.yaml").exists():
+        if (run / CONFIG).exists():
             args["version"] = None
             note = f"seqvae: {run} holds a finished run: this {self.subcommand} writes to a new version_N beside it"
             print(note, file=sys.stderr)
@@ -240,8 +174,8 @@ class SeqVAECLI(LightningCLI):
         refused here, before Lightning writes anything there (its own refusal came after a new
         TensorBoard events file was added to the old run)."""
         log_dir = self.trainer.log_dir
-        if log_dir and (Path(log_dir) / "config.yaml").exists():
-            last = Path(log_dir) / "checkpoints" / "last.ckpt"
+        if log_dir and (Path(log_dir) / CONFIG).exists():
+            last = checkpoint_path(log_dir, LAST)
             raise ConfigError(
                 f"trainer.logger.init_args.version: {log_dir} already holds a run (config.yaml): give another "
                 f"version (or none: the next free one), or resume it with --ckpt_path {last}"
@@ -306,7 +240,7 @@ class SeqVAECLI(LightningCLI):
         if ckpt == "last":
             # Lightning's "last": this run directory's last.ckpt. Found here, so that it gets the
             # vocabulary check; where there is none Lightning would train from scratch, only warning.
-            last = Path(self.trainer.log_dir or ".") / "checkpoints" / "last.ckpt"
+            last = checkpoint_path(self.trainer.log_dir or ".", LAST)
             if not last.is_file():
                 raise ConfigError(
                     f"ckpt_path: last: no {last} to resume (name the run with trainer.logger.init_args.version, "
@@ -352,21 +286,16 @@ class SeqVAECLI(LightningCLI):
         best = self.trainer.checkpoint_callback.best_model_path or None
         self.trainer.test(m, datamodule=self.datamodule, ckpt_path="best" if best else None)
         self._write_metrics({**totals, "best_checkpoint": best})
-        log_dir = self.trainer.log_dir
-        if self.trainer.is_global_zero and log_dir is not None:
-            from seqvae.analysis.compare import write_curves  # the validation curves, for `seqvae compare --plots`
-
-            write_curves(Path(log_dir), Path(log_dir) / "curves.csv")
+        write_fit_curves(self.trainer)  # the validation curves, for `seqvae compare --plots`
 
     def after_test(self):
         ckpt = self.config_init[self.subcommand].get("ckpt_path")
         self._write_metrics({"checkpoint": ckpt})
 
     def after_predict(self):
-        """Writes the generated texts (`model.generation`), one per line, to predictions.txt in
-        the run directory (never overwriting: predictions-2.txt, …), and to stdout if asked."""
-        predictions = self.trainer.predict_loop.predictions
-        lines = [t for batch in predictions for t in batch]
+        """The generated texts (`model.generation`) to predictions.txt (seqvae/rundir/results.py);
+        a reconstruction of a file gets one line per input line (empty where it had no text)."""
+        lines = [t for batch in self.trainer.predict_loop.predictions for t in batch]
         generation = self.model.generation
         n_texts, blank = len(lines), ""
         source = self.datamodule.predict_source() if generation.mode == "reconstruct" else None
@@ -374,54 +303,12 @@ class SeqVAECLI(LightningCLI):
             lines = lines_of_file(lines, source)
             if len(lines) > n_texts:
                 blank = f"; {len(lines) - n_texts} empty lines for input lines without a text to reconstruct"
-        text = "".join(line + "\n" for line in lines)
-        if generation.stdout:
-            sys.stdout.write(text)
-        if self.trainer.log_dir is None:  # fast_dev_run
-            print(f"seqvae: no run directory (trainer.fast_dev_run); {len(lines)} texts not written", file=sys.stderr)
-            return
-        path = write_new_file(Path(self.trainer.log_dir) / "predictions.txt", text)
-        drop_empty_event_files(Path(self.trainer.log_dir))
-        decoding = generation.resolved().decoding
-        print(f"seqvae: wrote {n_texts} texts ({generation.mode}, {decoding}) to {path}{blank}", file=sys.stderr)
+        write_predictions(self.trainer, generation, lines, n_texts, blank)
 
     def _write_metrics(self, extra: dict):
-        log_dir = self.trainer.log_dir  # a broadcast under DDP: on every rank
-        if not self.trainer.is_global_zero:  # DDP: every rank has the same (reduced) metrics
-            return
-        if log_dir is None:  # fast_dev_run: Lightning's stand-in logger has no directory
-            print("seqvae: no run directory (trainer.fast_dev_run); metrics.json not written", file=sys.stderr)
-            return
-        run_dir = Path(log_dir)
-        m = self.model
-        metrics = {k: float(v) for k, v in self.trainer.callback_metrics.items() if k.startswith("test/")}
-        metrics.update({"best_updates": m.num_updates, "iw_samples": m.hparams.test_iw_samples, **extra})
-        metrics["data"] = self.datamodule.summary()
-        metrics["test_texts_sha256"] = metrics["data"]["test"]["sha256"]
-        cfg = self.config[self.subcommand]
-        metrics["seeds"] = {
-            "seed_everything": cfg.get("seed_everything"),
-            "data.seed": self.datamodule.hparams.seed,
-            "aggressive.seed": m.aggressive.seed if m.aggressive is not None else None,
-            "eval_seed": m.hparams.eval_seed,
-        }
-        metrics.update(m.run_flags())  # warnings about this run's numbers (e.g. BN-VAE's bound), for compare
-        metrics["provenance"] = provenance(["seqvae", *self._command_line])
-        files, rows, test = {}, m.last_test_rows, self.datamodule.corpora["test"]
-        # metrics.json marks a complete set: a per_text.csv without its metrics.json (a kill
-        # between the two writes) is the unfinished half of this set and is replaced.
-        n = free_number([run_dir / "metrics.json"])
-        if rows is not None and len(rows["index"]):
-            metrics["per_text_file"] = numbered(run_dir / "per_text.csv", n).name
-            files[run_dir / "per_text.csv"] = per_text_csv(rows, test.line_numbers, test.labels)
-        files[run_dir / "metrics.json"] = json.dumps(metrics, indent=2, sort_keys=True) + "\n"
-        path = write_new_files(files, n)[run_dir / "metrics.json"]
-        log_hparams(self.trainer.logger, run_hparams(m, cfg.get("seed_everything")), metrics)
-        width = max(len(k) for k in metrics)
-        print(f"seqvae: wrote {path}")
-        for k, v in sorted(metrics.items()):
-            if k.startswith("test/"):
-                print(f"  {k:<{width}}  {v:.4f}")
+        """metrics.json + per_text.csv of this test (seqvae/rundir/results.py)."""
+        seed = self.config[self.subcommand].get("seed_everything")
+        write_test_results(self.trainer, self.model, self.datamodule, seed, self._command_line, extra)
 
 
 class _NoAdverts(logging.Filter):
@@ -485,4 +372,4 @@ def run_lightning(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_lightning()

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from seqvae import cli, compare
+from seqvae import commands as cli
+from seqvae import compare
 
 BASE = {
     "seed_everything": 1,

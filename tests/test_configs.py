@@ -172,7 +172,7 @@ def test_predict_writes_one_reconstruction_per_input_line_in_order(tiny, tmp_pat
 def test_export_and_compare_round_trip(tiny, tmp_path, capsys):
     import json
 
-    from seqvae.cli import main
+    from seqvae.commands import main
 
     args = demo_args(tiny, tmp_path, epochs=2)
     SeqVAECLI(args=["fit", *args])
@@ -322,7 +322,7 @@ def test_encoder_diagnostics_on_a_trained_run(tiny, tmp_path, capsys):
     assert params["encoder.lstm.weight_ih_l0"]["norm"] == pytest.approx(float(trained["encoder.lstm.weight_ih_l0"].norm()))
     assert all(r["grad"] > 0 for n, r in params.items() if n.startswith(("encoder.embed", "encoder.lstm", "encoder.to_")))
     assert 0 < d["clip_factor"] <= 1 and 0 < d["feature_std"] and 0 < d["mu_std"]
-    from seqvae.cli import main
+    from seqvae.commands import main
 
     with pytest.raises(SystemExit) as done:
         main(["diagnose", str(run), "--batches", "1"])

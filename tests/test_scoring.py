@@ -15,7 +15,7 @@ import pytest
 import torch
 from test_model import write_corpus
 
-from seqvae.cli import main
+from seqvae.commands import main
 from seqvae.data import TextDataModule, label_column_hint, read_corpus, unk_token_hint
 
 TINY = ["--model.embed_dim=8", "--model.hidden_dim=12", "--model.latent_dim=4", "--trainer.enable_model_summary=false",

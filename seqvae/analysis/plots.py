@@ -12,6 +12,7 @@ import textwrap
 from pathlib import Path
 
 from seqvae.analysis.differences import t975
+from seqvae.rundir.files import CURVES
 
 # (metrics.json key, title) of the bar chart's panels; a panel no row has is left out
 FINAL_METRICS = [
@@ -140,7 +141,7 @@ def plot(groups: list[dict], out_dir: Path) -> str:
         import matplotlib  # noqa: F401  (a dependency; a broken install should not lose the table)
     except ImportError:
         return "seqvae compare: plots skipped: matplotlib is not installed (pip install matplotlib)"
-    curves = [[read_curves(r["path"] / "curves.csv") for r in g["runs"] if (r["path"] / "curves.csv").is_file()] for g in groups]
+    curves = [[read_curves(r["path"] / CURVES) for r in g["runs"] if (r["path"] / CURVES).is_file()] for g in groups]
     metrics = sorted({m for runs in curves for c in runs for m in c})
     bars = bar_figure(groups)
     if not metrics and bars is None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import csv
 import glob
+import io
 import json
 import math
 import os
@@ -16,6 +17,8 @@ from pathlib import Path
 
 import yaml
 
+from seqvae.rundir.files import CONFIG, atomic_write_text
+from seqvae.rundir.files import METRICS as METRICS_FILE
 from seqvae.text.splits import fold_split_keys
 
 # (id used in CSV/JSON, markdown header, metrics.json key, digits)
@@ -96,12 +99,12 @@ def as_seed(value) -> int | None:
 
 
 def load_run(path: Path) -> dict:
-    missing = [n for n in ("config.yaml", "metrics.json") if not (path / n).is_file()]
+    missing = [n for n in (CONFIG, METRICS_FILE) if not (path / n).is_file()]
     if missing:
         raise CompareError(f"{path}: not a run directory (no {' or '.join(missing)})")
     try:
-        config = yaml.safe_load((path / "config.yaml").read_text()) or {}
-        metrics = json.loads((path / "metrics.json").read_text())
+        config = yaml.safe_load((path / CONFIG).read_text()) or {}
+        metrics = json.loads((path / METRICS_FILE).read_text())
     except (yaml.YAMLError, json.JSONDecodeError) as err:
         raise CompareError(f"{path}: {' '.join(str(err).split())}") from err
     if not isinstance(config, dict) or not isinstance(metrics, dict):
@@ -142,7 +145,7 @@ def find_runs(patterns: list[str], option: str | None = None) -> list[dict]:
     runs, skipped = [], []
     named = {Path(p).resolve() for p in patterns if os.path.isdir(p)}
     for p in paths:
-        if p.resolve() not in named and (p / "config.yaml").is_file() and not (p / "metrics.json").is_file():
+        if p.resolve() not in named and (p / CONFIG).is_file() and not (p / METRICS_FILE).is_file():
             skipped.append(p)  # a glob also matches predict runs and unfinished ones
             continue
         try:
@@ -272,12 +275,10 @@ def write_curves(run_dir: Path, out: Path) -> int:
     val_tags = sorted(t for t in scalars if t.startswith("val/"))
     extra = [t for t in ("train/lr", "train/wall_seconds", "epoch") if t in scalars]
     steps = sorted(scalars.get("val/loss", {}))
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".tmp-{out.name}")
-    with open(tmp, "w", newline="") as f:
-        writer = csv.writer(f)
-        writer.writerow(["step", *extra, *val_tags])
-        for step in steps:
-            writer.writerow([step, *(scalars[t].get(step, "") for t in extra + val_tags)])
-    os.replace(tmp, out)
+    buf = io.StringIO()
+    writer = csv.writer(buf)  # csv's own \r\n line ends, as curves.csv always had
+    writer.writerow(["step", *extra, *val_tags])
+    for step in steps:
+        writer.writerow([step, *(scalars[t].get(step, "") for t in extra + val_tags)])
+    atomic_write_text(out, buf.getvalue())
     return len(steps)

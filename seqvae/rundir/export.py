@@ -14,27 +14,28 @@ import sys
 from pathlib import Path
 
 from seqvae.analysis.compare import write_curves
+from seqvae.rundir.files import CONFIG, CURVES, METRICS
 
 
 def result_files(run_dir: Path) -> list[str]:
     """A finished run's small result files, in copy order: config.yaml, curves.csv, its per-text
     results (the file metrics.json names) and metrics.json last (it marks the set complete)."""
-    names = ["config.yaml", "curves.csv"]
+    names = [CONFIG, CURVES]
     try:
-        per_text = json.loads((run_dir / "metrics.json").read_text()).get("per_text_file")
+        per_text = json.loads((run_dir / METRICS).read_text()).get("per_text_file")
     except (OSError, json.JSONDecodeError):
         per_text = None
     if per_text and Path(per_text).name == per_text:
         names.append(per_text)
-    return [*names, "metrics.json"]
+    return [*names, METRICS]
 
 
 def export_run(run: Path, dest: Path) -> int:
     """Copies the run's result files to dest; returns the number of validation points in curves.csv."""
     dest.mkdir(parents=True, exist_ok=True)
-    points = write_curves(run, dest / "curves.csv")
+    points = write_curves(run, dest / CURVES)
     for name in result_files(run):
-        if name != "curves.csv" and (run / name).exists():
+        if name != CURVES and (run / name).exists():
             shutil.copy2(run / name, dest / name)
     return points
 
@@ -44,15 +45,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("run", type=Path, help="run directory (config.yaml, metrics.json, event files)")
     p.add_argument("dest", type=Path, help="where the small files go, e.g. docs/results/<grid>/<variant>/seed<N>")
     args = p.parse_args(argv)
-    if not (args.run / "metrics.json").is_file():
+    if not (args.run / METRICS).is_file():
         print(f"seqvae export: error: {args.run}: not a finished run (no metrics.json)", file=sys.stderr)
         return 2
     blocking = next((p for p in (args.dest, *args.dest.parents) if p.exists() and not p.is_dir()), None)
     if blocking is not None:
         print(f"seqvae export: error: {args.dest}: {blocking} is a file, not a directory", file=sys.stderr)
         return 2
-    held = args.dest / "metrics.json"
-    if held.is_file() and held.read_bytes() != (args.run / "metrics.json").read_bytes():
+    held = args.dest / METRICS
+    if held.is_file() and held.read_bytes() != (args.run / METRICS).read_bytes():
         # Results already written are not replaced without a word: they may be committed ones.
         print(f"seqvae export: error: {args.dest} holds another run's results: remove them or export elsewhere", file=sys.stderr)
         return 2

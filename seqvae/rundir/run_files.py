@@ -1,28 +1,17 @@
 """What a run writes beside its checkpoints, never replacing a file: metrics.json and
 per_text.csv (numbered together: metrics-2.json + per_text-2.csv for a re-test), written
-atomically; and its settings with its test metrics as TensorBoard HPARAMS records.
+atomically (`files.atomic_write_text`); and its settings with its test metrics as TensorBoard HPARAMS records.
 """
 
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
+
+from seqvae.rundir.files import atomic_write_text
 
 
 def numbered(path: Path, n: int) -> Path:
     return path if n == 1 else path.with_name(f"{path.stem}-{n}{path.suffix}")
-
-
-def write_atomic(target: Path, text: str) -> None:
-    """Writes `text` to a temporary file beside `target`, then renames it into place: a kill
-    leaves either no file or the whole file."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".tmp-", suffix=target.suffix)
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.chmod(tmp, 0o644)  # mkstemp's 0600 would hide results from the other users of a cluster
-    os.replace(tmp, target)
 
 
 def free_number(paths) -> int:
@@ -40,7 +29,7 @@ def write_new_files(texts: dict[Path, str], n: int | None = None) -> dict[Path, 
     set complete). Returns {path asked: path written}."""
     n = n or free_number(texts)
     for path, text in texts.items():
-        write_atomic(numbered(path, n), text)
+        atomic_write_text(numbered(path, n), text)
     return {p: numbered(p, n) for p in texts}
 
 

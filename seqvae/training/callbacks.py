@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import contextlib
-import os
 import random
-import tempfile
 import time
 from pathlib import Path
 
@@ -15,8 +12,10 @@ from pytorch_lightning import Callback
 from pytorch_lightning.plugins.io import TorchCheckpointIO
 from pytorch_lightning.utilities import rank_zero_warn
 
+from seqvae.rundir.checkpoints import load_checkpoint
+from seqvae.rundir.files import atomic_open
+from seqvae.text.corpus import run_seed
 from seqvae.training.allocator import release_freed_memory
-from seqvae.text.datamodule import load_checkpoint, run_seed
 
 
 class PlateauRule(Callback):
@@ -89,35 +88,15 @@ class PlateauRule(Callback):
 
 class AtomicCheckpointIO(TorchCheckpointIO):
     """Writes a checkpoint to a temporary file in the target's directory, fsyncs it, then
-    renames it over the target (`os.replace`): a kill during a save leaves the previous file
-    whole. (Lightning's own write goes through an fsspec transaction whose temporary file is in
+    renames it over the target (`seqvae.rundir.files.atomic_open`): a kill during a save leaves
+    the previous file whole. (Lightning's own write goes through an fsspec transaction whose temporary file is in
     the system temp directory; moved across file systems, that is a copy into the target.)"""
 
     def save_checkpoint(self, checkpoint, path, storage_options=None) -> None:
         if "://" in str(path):  # remote storage: Lightning's writer
             return super().save_checkpoint(checkpoint, path, storage_options)
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "wb") as f:
-                torch.save(checkpoint, f)
-                f.flush()
-                os.fsync(f.fileno())
-            umask = os.umask(0)
-            os.umask(umask)
-            os.chmod(tmp, 0o666 & ~umask)
-            os.replace(tmp, path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
-        with contextlib.suppress(OSError):  # the rename itself durable
-            dir_fd = os.open(path.parent, os.O_RDONLY)
-            try:
-                os.fsync(dir_fd)
-            finally:
-                os.close(dir_fd)
+        with atomic_open(path, "wb") as f:
+            torch.save(checkpoint, f)
 
 
 class PeriodicCheckpoint(Callback):

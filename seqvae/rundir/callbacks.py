@@ -1,0 +1,75 @@
+"""The run directory's Lightning callbacks, as the CLI installs them: RunDirConfig (config.yaml
+and vocab.json; a resumed run keeps its config) and RunCheckpoint (`--checkpoint.*`: the
+checkpoints/ of a run, moved run directories re-rooted).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pytorch_lightning.callbacks import ModelCheckpoint
+from pytorch_lightning.cli import SaveConfigCallback
+
+from seqvae.rundir.files import VOCAB
+
+
+class RunDirConfig(SaveConfigCallback):
+    """Saves config.yaml and vocab.json in the run directory. A resumed run (`--ckpt_path`)
+    keeps the config it started with instead of refusing to overwrite it."""
+
+    resuming = False  # set by the CLI before `fit --ckpt_path`
+
+    def setup(self, trainer, pl_module, stage):
+        # `trainer.log_dir` broadcasts under DDP: read it here, on every rank, not in
+        # save_config (rank 0 only), which would leave the other ranks waiting.
+        self._log_dir = trainer.log_dir
+        if self.resuming and self._log_dir and (Path(self._log_dir) / self.config_filename).exists():
+            self.already_saved = True
+        super().setup(trainer, pl_module, stage)
+
+    def save_config(self, trainer, pl_module, stage):
+        dm = trainer.datamodule
+        if self._log_dir and dm is not None and hasattr(dm, "vocab"):
+            path = Path(self._log_dir) / VOCAB
+            if not path.exists():
+                dm.vocab.save(path)
+
+
+class RunCheckpoint(ModelCheckpoint):
+    """Lightning's ModelCheckpoint (`--checkpoint.*`) that, when a checkpoint is only evaluated
+    (test/validate/predict into a new run directory), leaves the training run's checkpoint
+    bookkeeping alone instead of warning that its directory differs from this run's."""
+
+    def setup(self, trainer, pl_module, stage):
+        super().setup(trainer, pl_module, stage)
+        self._fitting = stage == "fit"
+
+    def load_state_dict(self, state_dict):
+        if getattr(self, "_fitting", True):
+            super().load_state_dict(self._moved(state_dict))
+
+    def _moved(self, state_dict: dict) -> dict:
+        """A run directory moved or copied elsewhere and resumed there: its checkpoint paths,
+        re-rooted when every file they name is in the new directory. (Lightning keeps the old
+        best path, so the next best checkpoint was written beside the old one as best-v1.ckpt.)
+        Resuming another run's checkpoint into a new directory keeps Lightning's handling."""
+        old, new = state_dict.get("dirpath"), self.dirpath
+        if not old or not new or old == new:
+            return state_dict
+
+        def moved(path):
+            return str(Path(new) / Path(path).relative_to(old)) if path and Path(path).is_relative_to(old) else path
+
+        keys = ("best_model_path", "kth_best_model_path", "last_model_path")
+        paths = [state_dict.get(k) for k in keys] + list(state_dict.get("best_k_models", {}))
+        if not all(Path(moved(p)).is_file() for p in paths if p):
+            return state_dict
+        out = {k: moved(v) if k in keys else v for k, v in state_dict.items()}
+        out["best_k_models"] = {moved(k): v for k, v in state_dict.get("best_k_models", {}).items()}
+        out["dirpath"] = new
+        return out
+
+    @property
+    def state_key(self) -> str:
+        # ModelCheckpoint's key: checkpoints written before this subclass resume with its state.
+        return super().state_key.replace(type(self).__qualname__, ModelCheckpoint.__qualname__, 1)
