@@ -88,6 +88,13 @@ class _OldPath(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     def exec_module(self, module):
         pass  # already executed under its own name
 
+    def get_code(self, name):  # `python -m seqvae.sweep` (runpy) runs the moved module's code
+        new = OLD_PATHS[name]
+        return importlib.util.find_spec(new).loader.get_code(new)
+
+    def is_package(self, name):
+        return False
+
 
 if not any(isinstance(f, _OldPath) for f in sys.meta_path):
     sys.meta_path.append(_OldPath())

@@ -174,3 +174,9 @@ def test_a_checkpoint_pickled_under_the_old_paths_loads_with_weights_only(tmp_pa
     assert b"seqvae.schedules" in pickled and b"seqvae.core.schedules" not in pickled  # the old name is what is read
     loaded = load_checkpoint(path, "ckpt_path")["hyper_parameters"]["kl_schedule"]
     assert isinstance(loaded, LinearKLWarmup) and (loaded.start, loaded.warmup_epochs) == (0.2, 3)
+
+
+def test_an_old_module_path_runs_with_python_m():
+    """`python -m seqvae.sweep` (scripts and users' habits) runs the moved module."""
+    result = subprocess.run([sys.executable, "-m", "seqvae.sweep", "--help"], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0 and result.stdout.startswith("usage: seqvae sweep"), result.stderr[-2000:]
