@@ -104,56 +104,15 @@ def read_corpus(
         raise CorpusError(f"{path}: {'a directory, not a file' if path.is_dir() else 'no such file'}")
     span = parse_line_range(lines)
     labels = label_format(label_column)
-    raw = path.read_bytes()
-    # Windows editors write a byte-order mark; left in, it would glue U+FEFF to the first word.
-    raw = raw.removeprefix(codecs.BOM_UTF8)
-    pieces = raw.split(b"\n")
-    if pieces[-1] == b"":  # the empty piece after a final newline is not a line
-        pieces.pop()
-    if span is not None and len(pieces) < span[1]:
-        raise CorpusError(f"{path}: line range {span[0]}-{span[1]} but the file has {len(pieces)} lines")
+    pieces = _file_lines(path, span)
     first, last = span or (1, len(pieces))
     corpus = Corpus([], [], str(path), lines_read=(first, last))
-    # Split on \n only: str.splitlines() would also split on \x0b, \x1c, \u2028 …, so line
-    # numbers in errors would not match what an editor shows. A trailing \r is whitespace.
     for number in range(first, last + 1):
-        line = pieces[number - 1]
         try:
-            text = line.decode("utf-8")
+            text = pieces[number - 1].decode("utf-8")
         except UnicodeDecodeError as err:
             raise CorpusError(f"{path}:{number}: not valid UTF-8 (byte {err.start})") from None
-        label, has_tab, label_like = None, "\t" in text, False
-        if has_tab:
-            head, rest = text.split("\t", 1)
-            label_like = rest.strip() != "" and 0 < len(head.strip()) <= LABEL_MAX_CHARS and len(head.split()) == 1
-            if labels == "tab":
-                label, text = head, rest
-        tokens = text.split()
-        first = tokens[0] if tokens else None
-        if labels == "first_token" and tokens:
-            label, tokens = tokens[0], tokens[1:]  # a line holding only a label has no text: empty
-        if not tokens:
-            corpus.n_empty += 1
-            continue
-        if first is not None and LABEL_LIKE.match(first):
-            corpus.n_first_label_like += 1
-            corpus.first_tokens[first] += 1
-        if max_length is not None and len(tokens) > max_length:
-            corpus.n_too_long += 1
-            continue
-        corpus.n_tab += has_tab
-        if label_like:
-            corpus.n_label_like += 1
-            if corpus.first_label is None:
-                corpus.first_label, corpus.first_label_line = head.strip(), number
-        elif has_tab:
-            corpus.n_odd_label += 1
-            corpus.first_odd_label_line = corpus.first_odd_label_line or number
-        else:
-            corpus.first_untabbed_line = corpus.first_untabbed_line or number
-        corpus.texts.append(tokens)
-        corpus.labels.append(label)
-        corpus.line_numbers.append(number)
+        _add_line(corpus, number, text, labels, max_length)
     if not corpus.texts:
         where = f" (lines {span[0]}-{span[1]})" if span else ""
         if corpus.n_too_long:
@@ -163,6 +122,56 @@ def read_corpus(
             )
         raise CorpusError(f"{path}{where}: no non-empty lines")
     return corpus
+
+
+def _file_lines(path: Path, span: tuple[int, int] | None) -> list[bytes]:
+    """The file's lines as bytes, split on \\n only: str.splitlines() would also split on \\x0b,
+    \\x1c, \\u2028 …, so line numbers in errors would not match what an editor shows (a trailing
+    \\r is whitespace)."""
+    # Windows editors write a byte-order mark; left in, it would glue U+FEFF to the first word.
+    pieces = path.read_bytes().removeprefix(codecs.BOM_UTF8).split(b"\n")
+    if pieces[-1] == b"":  # the empty piece after a final newline is not a line
+        pieces.pop()
+    if span is not None and len(pieces) < span[1]:
+        raise CorpusError(f"{path}: line range {span[0]}-{span[1]} but the file has {len(pieces)} lines")
+    return pieces
+
+
+def _add_line(corpus: Corpus, number: int, text: str, labels: str | None, max_length: int | None) -> None:
+    """One file line into the corpus: its label taken off (`labels`), or skipped and counted
+    (empty, too long), and what the label-format warnings need counted."""
+    label, has_tab, label_like, head = None, "\t" in text, False, None
+    if has_tab:
+        head, rest = text.split("\t", 1)
+        label_like = rest.strip() != "" and 0 < len(head.strip()) <= LABEL_MAX_CHARS and len(head.split()) == 1
+        if labels == "tab":
+            label, text = head, rest
+    tokens = text.split()
+    first_token = tokens[0] if tokens else None
+    if labels == "first_token" and tokens:
+        label, tokens = tokens[0], tokens[1:]  # a line holding only a label has no text: empty
+    if not tokens:
+        corpus.n_empty += 1
+        return
+    if first_token is not None and LABEL_LIKE.match(first_token):
+        corpus.n_first_label_like += 1
+        corpus.first_tokens[first_token] += 1
+    if max_length is not None and len(tokens) > max_length:
+        corpus.n_too_long += 1
+        return
+    corpus.n_tab += has_tab
+    if label_like:
+        corpus.n_label_like += 1
+        if corpus.first_label is None:
+            corpus.first_label, corpus.first_label_line = head.strip(), number
+    elif has_tab:
+        corpus.n_odd_label += 1
+        corpus.first_odd_label_line = corpus.first_odd_label_line or number
+    else:
+        corpus.first_untabbed_line = corpus.first_untabbed_line or number
+    corpus.texts.append(tokens)
+    corpus.labels.append(label)
+    corpus.line_numbers.append(number)
 
 
 class Vocabulary:
