@@ -37,7 +37,7 @@ def seqvae(args: list[str], env: dict, log: Path) -> tuple[int, float, float]:
     """Runs `seqvae ARGS` (this interpreter, so --pythonpath applies); (exit code, peak RSS in
     bytes, wall seconds). wait4 gives this child's own rusage, not a maximum over all children."""
     # -P: `-c` would put the working directory (the repository root) first on sys.path, over --pythonpath
-    cmd = [sys.executable, "-P", "-c", "import sys; from seqvae.cli import main; sys.argv[0] = 'seqvae'; main()", *args]
+    cmd = [sys.executable, "-P", "-c", "import sys; from seqvae.commands import main; sys.argv[0] = 'seqvae'; main()", *args]
     start = time.perf_counter()
     with open(log, "w") as out:
         proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)

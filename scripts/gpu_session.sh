@@ -72,7 +72,7 @@ timeout 120 python3 -m pytest -q -x tests/test_gpu.py "${tests[@]}" > "$OUT/test
 
 log "2. yahoo10k at the paper's width: last vs max vs LM, seeds 1-3, side by side"
 step2=$(( ${STEP2_S:-330} < $(left) - 150 ? ${STEP2_S:-330} : $(left) - 150 ))
-fit='import torch; torch.set_float32_matmul_precision("high"); from seqvae.cli import main; main()'
+fit='import torch; torch.set_float32_matmul_precision("high"); from seqvae.commands import main; main()'
 for m in last max lm; do
   for seed in 1 2 3; do
     timeout "$step2" python3 -c "$fit" fit \
@@ -86,7 +86,7 @@ for m in last max lm; do
   for seed in 1 2 3; do
     d=runs/gpu/$m/paper_seed$seed
     [ -f "$d/metrics.json" ] && log "$m seed $seed finished" || log "$m seed $seed did not finish in ${step2}s (see its log)"
-    [ -d "$d" ] && python3 -c 'from seqvae.cli import main; main()' export "$d" "$work/results/$m/seed$seed" > /dev/null 2>&1
+    [ -d "$d" ] && python3 -c 'from seqvae.commands import main; main()' export "$d" "$work/results/$m/seed$seed" > /dev/null 2>&1
   done
 done
 tail -n 30 "$work"/*.log > "$OUT/runs_tail.log" 2>&1

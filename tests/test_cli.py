@@ -3,7 +3,7 @@
 Every command is a real subprocess on a tiny generated corpus, with every logger save_dir and the
 working directory inside pytest's tmp_path (nothing lands under runs/). The command is the `seqvae`
 console script beside the interpreter, or, where there is none (an install without entry points,
-or SEQVAE_TEST_NO_SCRIPT=1), the same CLI as `python -m seqvae.cli`: these tests never skip. The
+or SEQVAE_TEST_NO_SCRIPT=1), the same CLI as `python -m seqvae`: these tests never skip. The
 subprocesses import the `seqvae` of this checkout (its root leads PYTHONPATH), whatever is installed.
 
 Each subprocess spends most of its time importing torch and Lightning, so running the ~20 commands
@@ -38,7 +38,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 DEMO_CONFIG = REPO / "configs" / "demo.yaml"
 SEQVAE = None if os.environ.get("SEQVAE_TEST_NO_SCRIPT") else shutil.which("seqvae", path=str(Path(sys.executable).parent))
-SEQVAE_COMMAND = [SEQVAE] if SEQVAE else [sys.executable, "-m", "seqvae.cli"]
+SEQVAE_COMMAND = [SEQVAE] if SEQVAE else [sys.executable, "-m", "seqvae"]
 LATENT = 4
 # Concurrent seqvae subprocesses (tiny models: one thread each). The suite is throughput-bound:
 # ~20 processes of ~5 CPU-s each, nearly all of it importing torch and Lightning.
