@@ -48,7 +48,6 @@ from pathlib import Path
 
 import pytorch_lightning as pl
 import torch
-
 from seqvae.allocator import reuse_freed_memory
 from seqvae.data import BucketBatchSampler, Vocabulary, read_corpus
 from seqvae.metrics import iw_nll

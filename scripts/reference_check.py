@@ -526,7 +526,7 @@ def run_compare(a) -> int:
         print("need >= 2 finished runs on each side")
         return 1
     rows = []
-    print(f"\n| metric | reference mean (n) | seqvae mean (n) | reference - seqvae | Welch 95% interval | df |")
+    print("\n| metric | reference mean (n) | seqvae mean (n) | reference - seqvae | Welch 95% interval | df |")
     print("|---|---|---|---|---|---|")
     for label, rk, sk in METRICS:
         x = [m[rk] for _, m in ref]

@@ -138,7 +138,8 @@ def resolve(sources: list[tuple[str, dict]]) -> tuple[dict[str, Split | None], b
             if current is None:
                 if lines is None:
                     continue
-                raise ConfigError(f"{option}_lines ({source}): a line range but no data.{split} or data.train file to take it from")
+                why = f"a line range but no data.{split} or data.train file to take it from"
+                raise ConfigError(f"{option}_lines ({source}): {why}")
             # A range without a file: of the split's current file (for val/test without one of
             # their own, the training file as it stands after this source, as the older form meant).
             state[split] = Split(current.path, lines, source, current.path if split != "train" else None)
@@ -183,7 +184,8 @@ def settle_splits(data, argv: list[str]) -> list[str]:
             data[split] = state[split].value() if state[split] is not None else None
             data[f"{split}_lines"] = None
         read_as = ", ".join(f"data.{s}: {data[s]}" for s in SPLITS if data[s] is not None)
-        lines.append(f"seqvae: note: data.*_lines is the older form of a split's range: read as {read_as} (write FILE#FIRST-LAST)")
+        note = f"data.*_lines is the older form of a split's range: read as {read_as} (write FILE#FIRST-LAST)"
+        lines.append(f"seqvae: note: {note}")
     lines += [f"seqvae: warning: {w}" for w in left_behind(state, sources)]
     return lines
 

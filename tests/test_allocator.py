@@ -3,9 +3,9 @@ import subprocess
 import sys
 
 import pytest
+from seqvae.allocator import reuse_freed_memory
 
 from seqvae import allocator
-from seqvae.allocator import reuse_freed_memory
 
 # What the setting changes, read from glibc's own accounting (mallinfo2): where a 64 MiB block
 # comes from, and whether its memory stays in the process after free. That is deterministic. The

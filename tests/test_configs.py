@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 import torch
+from seqvae.corpus import CorpusError
 from test_model import write_corpus
 
 from seqvae.cli import SeqVAECLI
-from seqvae.corpus import CorpusError
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 VARIANTS = sorted(p.stem for p in (CONFIGS / "yahoo10k").glob("*.yaml") if not p.stem.startswith("base"))
@@ -214,8 +214,9 @@ def test_export_and_compare_round_trip(tiny, tmp_path, capsys):
 
 def test_predict_generation_modes(tiny, tmp_path, capsys):
     """`seqvae predict` for each mode and decoding: one text per line, seeded, never overwriting."""
-    from seqvae import SeqVAE
     from seqvae.model import ConfigError
+
+    from seqvae import SeqVAE
 
     common = [f"--config={CONFIGS / 'demo.yaml'}", f"--data.train={tiny / 'train.txt'}", f"--data.val={tiny / 'valid.txt'}",
               f"--data.test={tiny / 'test.txt'}", "--model.embed_dim=8", "--model.hidden_dim=12", "--model.latent_dim=4",
@@ -340,7 +341,6 @@ def test_no_shipped_config_trains_in_reduced_precision():
     and MI of short BN-VAE runs (scripts/studies.py precision; docs/performance.md), so no config
     may switch it on quietly. A user still can, with --trainer.precision bf16-mixed."""
     import yaml
-
     from seqvae.runs import flatten
 
     files = sorted(CONFIGS.rglob("*.yaml"))  # run configs and sweep grids (overrides: {trainer.precision: …})

@@ -6,7 +6,6 @@ import random
 
 import pytest
 import torch
-
 from seqvae.data import (
     BOS_ID,
     EOS_ID,

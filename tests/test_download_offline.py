@@ -50,7 +50,7 @@ OFFLINE = {  # what urllib raises offline -> how the error line starts
                     "no network? cannot reach raw.githubusercontent.com ([Errno 101] Network is unreachable) for "),
     "timeout": (TimeoutError("timed out"),
                 f"no network? no answer from raw.githubusercontent.com within {download.TIMEOUT} s for "),
-    "read timeout": (urllib.error.URLError(socket.timeout("timed out")),
+    "read timeout": (urllib.error.URLError(TimeoutError("timed out")),
                      f"no network? no answer from raw.githubusercontent.com within {download.TIMEOUT} s for "),
 }  # fmt: skip
 

@@ -7,7 +7,6 @@ import re
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
 from seqvae.data import UNK_ID, CorpusError, Vocabulary, read_corpus
 
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

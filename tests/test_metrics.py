@@ -9,8 +9,6 @@ import sys
 
 import pytest
 import torch
-from torch.distributions import Normal
-
 from seqvae.data import BOS_ID, EOS_ID
 from seqvae.losses import gaussian_kl
 from seqvae.metrics import (
@@ -26,6 +24,7 @@ from seqvae.metrics import (
     sample_posterior,
 )
 from seqvae.networks import LSTMDecoder
+from torch.distributions import Normal
 
 F64 = torch.float64
 
@@ -162,7 +161,6 @@ def test_iw_nll_toy_gaussian_bounds():
 # ---------------------------------------------------------------- IW-NLL standard error
 def test_iw_nll_standard_error_equals_numpy():
     import numpy as np
-
     from seqvae.metrics import iw_nll_standard_error
 
     log_w = torch.randn(4, 7, generator=gen(70), dtype=F64) * torch.tensor([[0.1], [1.0], [3.0], [6.0]], dtype=F64)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-
 from seqvae.data import BOS_ID, EOS_ID, PAD_ID
 from seqvae.model import SeqVAE
 from seqvae.networks import POOLINGS, LSTMDecoder, LSTMEncoder, abs_pool, avg_pool, last_pool, max_pool

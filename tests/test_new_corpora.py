@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 import torch
+from seqvae.data import TextDataModule, label_column_hint, read_corpus
+from seqvae.splits import parse_split
 from test_scoring import TINY, run
 
 from seqvae.config_sources import data_sources, resolve, settle_splits
-from seqvae.data import TextDataModule, label_column_hint, read_corpus
 from seqvae.errors import ConfigError, CorpusError
-from seqvae.splits import parse_split
 
 
 def numbered_corpus(path: Path, n: int, label: str | None = None, sep: str = " ") -> list[str]:

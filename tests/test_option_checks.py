@@ -8,6 +8,8 @@ import math
 from pathlib import Path
 
 import pytest
+from seqvae.corpus import ConfigError
+from seqvae.generation import Generation
 from test_model import write_corpus
 
 from seqvae import (
@@ -22,8 +24,6 @@ from seqvae import (
     TextDataModule,
 )
 from seqvae.cli import run_lightning
-from seqvae.corpus import ConfigError
-from seqvae.generation import Generation
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 TINY = dict(vocab_size=20, embed_dim=4, hidden_dim=4, latent_dim=2)

@@ -8,12 +8,12 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from torch.utils.data import DataLoader
-
-from seqvae import log_lines
 from seqvae.corpus import IndexedTexts, collate
 from seqvae.data import SAMPLERS
 from seqvae.log_lines import TestProgress, clock
+from torch.utils.data import DataLoader
+
+from seqvae import log_lines
 
 
 def run(monkeypatch, capsys, lengths, seconds_of, k=None, batch_size=2, **kwargs):

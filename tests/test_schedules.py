@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from seqvae.schedules import ConstantKL, CyclicalKL, LinearKLWarmup
 
 

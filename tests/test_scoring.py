@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 import torch
+from seqvae.data import TextDataModule, label_column_hint, read_corpus, unk_token_hint
 from test_model import write_corpus
 
 from seqvae.commands import main
-from seqvae.data import TextDataModule, label_column_hint, read_corpus, unk_token_hint
 
 TINY = ["--model.embed_dim=8", "--model.hidden_dim=12", "--model.latent_dim=4", "--trainer.enable_model_summary=false",
         "--model.pooling=max", "--model.val_iw_samples=0", "--trainer.num_sanity_val_steps=0"]  # fmt: skip
@@ -308,7 +308,6 @@ def test_epoch_line_shows_the_epochs_mean_train_loss_not_the_last_batchs(capsys)
     from types import SimpleNamespace
 
     import torch
-
     from seqvae.log_lines import EpochLine, EpochMean
 
     trainer = SimpleNamespace(sanity_checking=False, state=SimpleNamespace(fn="fit"), is_global_zero=True,
@@ -348,11 +347,11 @@ def progress_lines(monkeypatch, capsys, lengths, batching, batch_size, quiet_sec
     from types import SimpleNamespace
 
     import torch
+    from seqvae.corpus import IndexedTexts, collate
+    from seqvae.data import SAMPLERS
     from torch.utils.data import DataLoader
 
     from seqvae import log_lines
-    from seqvae.corpus import IndexedTexts, collate
-    from seqvae.data import SAMPLERS
 
     data = IndexedTexts([torch.full((n,), 7) for n in lengths])
     loader = DataLoader(data, batch_sampler=SAMPLERS[batching](lengths, batch_size, False), collate_fn=collate)

@@ -20,11 +20,11 @@ from types import SimpleNamespace
 import pytest
 import pytorch_lightning as pl
 import torch
+from seqvae.aggressive import WindowStopRule
+from seqvae.schedules import LinearKLWarmup
 from test_model import corpus, datamodule, tiny_model, trainer  # noqa: F401  (fixtures and helpers)
 
 from seqvae import AggressiveTraining, ConstantKL
-from seqvae.aggressive import WindowStopRule
-from seqvae.schedules import LinearKLWarmup
 
 
 # ---------------------------------------------------------------- spies

@@ -9,8 +9,8 @@ import csv
 import math
 import statistics
 
-from seqvae.rundir.run_files import PER_TEXT_COLUMNS
 from seqvae.analysis.runs import MISSING, CompareError, texts_digests, value
+from seqvae.rundir.run_files import PER_TEXT_COLUMNS
 
 # Metrics that get a difference to the baseline, and the per-text column of those paired by text.
 DIFF_METRICS = ("iw_nll", "neg_elbo", "kl", "mi", "mi_dataset", "au", "iw_ppl")

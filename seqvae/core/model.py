@@ -19,10 +19,10 @@ from seqvae.core.aggressive import AggressiveTraining
 from seqvae.core.bn_bound import BNBoundCheck
 from seqvae.core.evaluation import EvalNoise, evaluate_batch, iw_chunk
 from seqvae.core.generation import Decoding, Generation, Predictor
-from seqvae.core.losses import BatchFreeBits, CosineDispersion, FreeBits, KLPenalty, Regularizer, StandardKL, gaussian_kl
+from seqvae.core.losses import KLPenalty, Regularizer, StandardKL, gaussian_kl
 from seqvae.core.metrics import EvalMetrics, sample_posterior
 from seqvae.core.networks import Init, LSTMDecoder, LSTMEncoder, Pooling, pretrained_encoder
-from seqvae.core.schedules import ConstantKL, CyclicalKL, KLSchedule, LinearKLWarmup
+from seqvae.core.schedules import KLSchedule, LinearKLWarmup
 from seqvae.errors import ConfigError
 from seqvae.options import MODEL_OPTIONS, check_option, check_strategy
 from seqvae.text.corpus import PAD_ID, UNK_ID, Vocabulary
@@ -132,7 +132,8 @@ class SeqVAE(pl.LightningModule):
         feature_dim = encoder_hidden_dim or hidden_dim
         if latent_dim:
             self.encoder = LSTMEncoder(vocab_size, embed_dim, feature_dim, latent_dim, pooling, bn_gamma, bn_eps, init)
-        self.decoder = LSTMDecoder(vocab_size, embed_dim, hidden_dim, latent_dim, dropout_in, dropout_out, skip, init, fused_output)
+        dropout = (dropout_in, dropout_out)
+        self.decoder = LSTMDecoder(vocab_size, embed_dim, hidden_dim, latent_dim, *dropout, skip, init, fused_output)
         self.val_metrics = EvalMetrics(latent_dim, feature_dim, mi_dataset, seed=eval_seed)
         self.test_metrics = EvalMetrics(latent_dim, feature_dim, mi_dataset, eval_seed, per_text=True)  # per_text.csv
         self.num_updates = 0  # training batches consumed (outer iterations); drives the KL schedule

@@ -35,7 +35,8 @@ def _looks_labelled(corpus: Corpus) -> str | None:
     if n == 0 or corpus.n_first_label_like < 0.9 * n or len(values) > 20:
         return None
     shown = ", ".join(repr(v) for v in values[:5]) + (", …" if len(values) > 5 else "")
-    return f"{100 * corpus.n_first_label_like / n:.0f}% of its {n} lines start with one of {len(values)} label-like tokens ({shown})"
+    share = f"{100 * corpus.n_first_label_like / n:.0f}%"
+    return f"{share} of its {n} lines start with one of {len(values)} label-like tokens ({shown})"
 
 
 MAX_LABELS = 50  # more distinct "labels" than this are words, not classes
