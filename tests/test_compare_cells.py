@@ -1,0 +1,179 @@
+"""`seqvae compare --baseline`, cell by cell (issue 35): non-finite and missing values (n and t per
+cell), degenerate intervals, by-text labels, mixed K and seeds needed. Fixtures as in test_compare.py."""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+
+import pytest
+from test_compare import T2, diff_runs, make_run, md_rows, metrics, run_compare, set_texts, text_pair, vs_base
+
+from seqvae import compare
+
+T1 = 12.706204736  # t(0.975, 1): an interval over 2 seeds
+
+
+def edit(root, variant, seed, **changes):
+    """Sets (or, with None, removes) metrics.json keys of one run; NaN is written as json writes it."""
+    path = root / "yahoo" / variant / f"seed{seed}" / "metrics.json"
+    m = json.loads(path.read_text())
+    for key, v in changes.items():
+        key = key.replace("__", "/")
+        m.pop(key) if v is None else m.__setitem__(key, v)
+    path.write_text(json.dumps(m))
+
+
+def footnotes(out: str) -> list[str]:
+    return [line for line in out.splitlines() if line.startswith("- ")]
+
+
+@pytest.fixture
+def nan_runs(tmp_path):
+    """base and x over seeds 1-3 (x − base IW-NLL d = 2, 3, 1); x seed 2 has feature EV1 NaN, seed 3 KL NaN."""
+    diff_runs(tmp_path, "base", {1: 100.0, 2: 101.0, 3: 103.0}, latent_dim=8)
+    diff_runs(tmp_path, "x", {1: 102.0, 2: 104.0, 3: 104.0}, latent_dim=16)
+    edit(tmp_path, "x", 2, test__feature_ev1=math.nan)
+    for seed, kl in ((1, 3.0), (2, 5.0), (3, math.nan)):
+        edit(tmp_path, "x", seed, test__kl=kl)  # d = 1, 3 on seeds 1, 2
+    return tmp_path
+
+
+def test_a_nan_never_tracebacks_and_is_counted(nan_runs, capsys):
+    rc, out, err = run_compare(capsys, f"{nan_runs}/yahoo/x/seed*", "--format", "json")
+    assert rc == 0, err
+    (row,) = json.loads(out)["rows"]
+    ev1 = [0.5 + 102 / 1000, 0.5 + 104 / 1000]  # seeds 1 and 3
+    assert row["feature_ev1"] == {"mean": pytest.approx(statistics.fmean(ev1)), "std": pytest.approx(statistics.stdev(ev1)),
+                                  "n": 2, "nonfinite": 1}  # fmt: skip
+    assert row["iw_nll"] == {"mean": pytest.approx(310 / 3), "std": pytest.approx(statistics.stdev([102, 104, 104]))}
+    rc, out, _ = run_compare(capsys, f"{nan_runs}/yahoo/x/seed*")
+    lines = out.splitlines()
+    headers = [c.strip() for c in lines[0].strip("|").split("|")]
+    cells = [c.strip() for c in lines[2].strip("|").split("|")]
+    assert cells[headers.index("feature EV1")] == "0.603 ± 0.001 (n=2; nan ×1)"
+    assert cells[headers.index("KL")] == "4.00 ± 1.41 (n=2; nan ×1)"
+
+
+def test_a_nan_goes_through_the_baseline_with_n_and_t_of_its_cell(nan_runs, capsys):
+    rc, out, err = vs_base(capsys, nan_runs)
+    assert rc == 0, err
+    rows = md_rows(out)
+    assert rows["x"][:3] == ["3", "seed, n=3", "+2.00 [-0.48, +4.48]"]
+    half = T1 * statistics.stdev([1.0, 3.0]) / math.sqrt(2)
+    assert rows["x"][4] == f"+2.00 [{2 - half:+.2f}, {2 + half:+.2f}] (n=2)"  # KL over seeds 1, 2: t for 1 df
+    (line,) = [x for x in footnotes(out) if x.startswith("- x: paired by seed")]
+    assert "KL: n = 2 (seeds 1, 2; seed 3 left out: nan), t(0.975, 1) = 12.706" in line
+    rc, out, _ = vs_base(capsys, nan_runs, "--format", "json")
+    kl = next(r for r in json.loads(out)["rows"] if r["label"] == "x")["difference"]["kl"]
+    assert (kl["n"], kl["df"], kl["seeds"]) == (2, 1, [1, 2])
+    assert (kl["lo"], kl["hi"]) == (pytest.approx(2 - half), pytest.approx(2 + half))
+
+
+def test_a_seed_that_lacks_a_metric_gives_its_cell_n_2_and_t_for_1_df(tmp_path, capsys):
+    diff_runs(tmp_path, "base", {1: 100.0, 2: 101.0, 3: 103.0}, latent_dim=8)
+    diff_runs(tmp_path, "m", {1: 102.0, 2: 104.0, 3: 104.0}, latent_dim=16)
+    edit(tmp_path, "m", 1, test__mi_dataset=2.25)
+    edit(tmp_path, "m", 2, test__mi_dataset=3.25)  # d = 1, 2 against the baseline's 1.25
+    edit(tmp_path, "m", 3, test__mi_dataset=None)  # seed 3 was tested before MI(dataset) existed
+    rc, out, err = vs_base(capsys, tmp_path)
+    assert rc == 0, err
+    half = 12.706 * statistics.stdev([1.0, 2.0]) / math.sqrt(2)  # 6.353
+    assert md_rows(out)["m"][6] == f"+1.50 [{1.5 - half:+.2f}, {1.5 + half:+.2f}] (n=2)" == "+1.50 [-4.85, +7.85] (n=2)"
+    (line,) = [x for x in footnotes(out) if x.startswith("- m: paired by seed")]
+    assert line.startswith("- m: paired by seed with base, seeds 1, 2, 3 (n = 3, t(0.975, 2) = 4.303)")
+    assert "MI(dataset): n = 2 (seeds 1, 2; seed 3 left out: missing), t(0.975, 1) = 12.706" in line
+    rc, out, _ = vs_base(capsys, tmp_path, "--format", "json")
+    d = next(r for r in json.loads(out)["rows"] if r["label"] == "m")["difference"]["mi_dataset"]
+    assert (d["n"], d["df"], d["seeds"], d["excludes_zero"]) == (2, 1, [1, 2], False)
+    assert d["hi"] == pytest.approx(1.5 + T1 * statistics.stdev([1.0, 2.0]) / math.sqrt(2))
+
+
+def test_a_degenerate_difference_reads_as_every_seed_not_as_a_known_effect(tmp_path, capsys):
+    diff_runs(tmp_path, "base", {1: 100.0, 2: 101.0, 3: 103.0}, latent_dim=8)
+    diff_runs(tmp_path, "wide", {1: 102.0, 2: 104.0, 3: 104.0}, latent_dim=64)
+    for seed in (1, 2, 3):
+        edit(tmp_path, "wide", seed, test__au=36.0, test__kl=2.5)  # AU 36 vs 4, KL 2.5 vs 2.0 on every seed
+    rc, out, _ = vs_base(capsys, tmp_path)
+    assert rc == 0
+    cells = md_rows(out)["wide"]
+    assert cells[7] == "+32 on every seed (3/3)" and cells[4] == "+0.50 on every seed (3/3)"  # no interval, no star
+    assert cells[5] == "+0.00 on every seed (3/3)"  # MI: seed/100 on both sides
+    assert any("AU is a count" in x for x in footnotes(out))
+    rc, out, _ = vs_base(capsys, tmp_path, "--format", "json")
+    au = next(r for r in json.loads(out)["rows"] if r["label"] == "wide")["difference"]["au"]
+    assert (au["diff"], au["degenerate"], au["excludes_zero"], au["seeds_needed"]) == (32.0, True, None, None)
+
+
+def test_by_text_intervals_are_one_checkpoints_and_carry_no_star_when_seeds_exist(tmp_path, capsys):
+    a, b = text_pair(tmp_path)
+    rc, out, _ = run_compare(capsys, b, "--baseline", a)
+    cells = md_rows(out)["latent_dim=16"]
+    assert cells[:3] == ["1", "text (seed 1's checkpoint), n=5", "+1.25 [+0.22, +2.28]*"]  # one run a side: its star
+    # a row of two seeds against one baseline run: by text on seed 1's checkpoint, and no star
+    b2 = make_run(tmp_path, "b", 2, metrics(103.0, 60.0), latent_dim=16)  # no baseline run of seed 2
+    rc, out, _ = run_compare(capsys, b, b2, "--baseline", a)
+    cells = md_rows(out)["latent_dim=16"]
+    assert cells[:4] == ["2", "text (seed 1's checkpoint), n=5", "+1.25 [+0.22, +2.28]", "+3.00 [+1.04, +4.96]"]
+    assert any("one checkpoint's texts" in x and "by-seed" in x for x in footnotes(out))
+
+
+def test_mixed_k_is_not_differenced_on_iw_nll_unless_allowed(tmp_path, capsys):
+    diff_runs(tmp_path, "base", {1: 100.0, 2: 101.0, 3: 103.0}, latent_dim=8)
+    diff_runs(tmp_path, "k100", {1: 102.0, 2: 104.0, 3: 104.0}, latent_dim=16)
+    for seed in (1, 2, 3):
+        edit(tmp_path, "base", seed, iw_samples=500)
+        edit(tmp_path, "k100", seed, iw_samples=100)
+    rc, out, _ = vs_base(capsys, tmp_path)
+    assert rc == 0
+    cells = md_rows(out)["k100"]
+    assert cells[2] == "– (K 100 vs 500)" and cells[-1] == "– (K 100 vs 500)"  # IW-NLL and PPL
+    assert cells[3] == "+2.00 [-0.48, +4.48]"  # −ELBO does not depend on K
+    (line,) = [x for x in footnotes(out) if x.startswith("- k100: ")]
+    assert "IW-NLL and PPL not differenced: K = 100 vs 500 importance samples" in line
+    assert "finite-K bias" in line and "--allow-mixed-k" in line
+    rc, out, _ = vs_base(capsys, tmp_path, "--format", "json")
+    d = next(r for r in json.loads(out)["rows"] if r["label"] == "k100")["difference"]["iw_nll"]
+    assert d["diff"] is None and d["lo"] is None and "K 100 vs 500" in d["why"]
+    rc, out, _ = vs_base(capsys, tmp_path, "--allow-mixed-k")
+    assert rc == 0 and md_rows(out)["k100"][2] == "+2.00 [-0.48, +4.48]"
+    (line,) = [x for x in footnotes(out) if x.startswith("- k100: ")]
+    assert "IW-NLL with different K (100 vs 500 importance samples" in line and "--allow-mixed-k" in line
+
+
+def test_other_texts_are_not_differenced_on_iw_nll_unless_allowed(tmp_path, capsys):
+    diff_runs(tmp_path, "base", {1: 100.0, 2: 101.0, 3: 103.0}, latent_dim=8)
+    set_texts(tmp_path, "base", {1: "a" * 64, 2: "a" * 64, 3: "a" * 64})
+    diff_runs(tmp_path, "other", {1: 115.0, 2: 117.0, 3: 120.0}, latent_dim=32)
+    set_texts(tmp_path, "other", {1: "b" * 64, 2: "b" * 64, 3: "b" * 64})
+    rc, out, _ = vs_base(capsys, tmp_path)
+    assert md_rows(out)["other"][:4] == ["3", "–", "– (other texts)", "+16.00 (n/a)"]
+    rc, out, _ = vs_base(capsys, tmp_path, "--allow-mixed-k")
+    assert md_rows(out)["other"][:4] == ["3", "–", "+16.00 (n/a)", "+16.00 (n/a)"]
+
+
+def test_seeds_needed_on_constructed_numbers():
+    # d = 2, s = 1: n = 2: 12.706/√2 = 8.98; n = 3: 4.303/√3 = 2.48; n = 4: 3.182/2 = 1.59 < 2
+    assert compare.seeds_needed(2.0, 1.0) == 4 and compare.seeds_needed(-2.0, 1.0) == 4
+    # d = 0.5, s = 1: n = 17: t(16)/√17 = 2.1199/4.1231 = 0.5142 > 0.5; n = 18: 2.1098/4.2426 = 0.4973
+    assert compare.seeds_needed(0.5, 1.0) == 18
+    assert compare.seeds_needed(9.0, 1.0) == 2  # 8.98 < 9
+    assert compare.seeds_needed(0.0, 1.0) is None and compare.seeds_needed(1.0, 0.0) is None
+
+
+def test_seeds_needed_in_the_output_and_json(tmp_path, capsys):
+    diff_runs(tmp_path, "base", {1: 100.0, 2: 101.0, 3: 103.0}, latent_dim=8)
+    diff_runs(tmp_path, "a", {1: 102.0, 2: 104.0, 3: 104.0}, latent_dim=16)  # d = 2, 3, 1: mean 2, s.d. 1
+    rc, out, _ = vs_base(capsys, tmp_path, "--resolve", "0.5")
+    assert rc == 0
+    (line,) = [x for x in footnotes(out) if x.startswith("- a: seeds needed")]
+    assert "IW-NLL 4, −ELBO 4" in line and "a difference of 0.5: IW-NLL 18, −ELBO 18" in line
+    assert "planning estimate" in line
+    rc, out, _ = vs_base(capsys, tmp_path, "--resolve", "0.5", "--format", "json")
+    doc = json.loads(out)
+    d = next(r for r in doc["rows"] if r["label"] == "a")["difference"]
+    assert (d["iw_nll"]["seeds_needed"], d["iw_nll"]["seeds_needed_resolve"]) == (4, 18)
+    assert d["mi"]["seeds_needed"] is None  # degenerate (0 on every seed): no s.d. to plan with
+    assert doc["resolve"] == 0.5
+    assert T2 * 1.0 / math.sqrt(3) > 2 > 3.182446305 / 2  # 3 seeds do not resolve it, 4 would
