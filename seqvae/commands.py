@@ -13,6 +13,7 @@ TOOLS = {
     "compare": ("analysis.compare", "tables of finished runs; with --baseline, differences with 95% intervals"),
     "sweep": ("experiments.sweep", "a grid of variants × seeds, each cell a resumable `seqvae fit`"),
     "export": ("rundir.export", "copy a run's small result files (config, metrics, per-text, curves)"),
+    "probe": ("analysis.probe", "what z knows: a logistic-regression probe of the posterior means on the texts' labels"),
     "diagnose": ("diagnostics", "is the encoder learning? weight and gradient norms, feature spread"),
     "download": ("text.download", "fetch the Yahoo / Yelp / PTB corpora (needs a network)"),
 }
