@@ -109,6 +109,7 @@ ALLOWED = {
     "checkpoints": {"errors", "text", "core"},
     "rundir": {"errors", "analysis"},
     "analysis": {"errors", "text", "rundir"},
+    "analysis.probe": {"errors", "text", "rundir", "analysis", "checkpoints", "core"},  # a tool: loads a model to encode with
     "experiments": {"errors", "clock", "analysis", "rundir", "cli"},
 }
 
@@ -116,6 +117,8 @@ ALLOWED = {
 def layer(module: str) -> str:
     if module == "seqvae.rundir.checkpoints":
         return "checkpoints"
+    if module == "seqvae.analysis.probe":
+        return "analysis.probe"
     return module.split(".")[1] if module.count(".") else module
 
 
