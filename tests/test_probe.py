@@ -26,6 +26,9 @@ def test_separable_means_are_probed_with_accuracy_one():
     for r in result["sizes"].values():
         assert r["accuracies"] == [1.0, 1.0, 1.0] and r["mean"] == 1.0
     assert result["majority"] == pytest.approx(1 / 3)
+    # standardised: means that vary by a thousandth (a near-collapsed encoder's) are probed alike
+    small = probe_accuracies(1e-3 * x_train, y_train, 1e-3 * x_test, y_test, [100], draws=2, seed=0)
+    assert small["sizes"][100]["accuracies"] == [1.0, 1.0]
 
 
 def test_label_independent_means_score_the_majority_rate_within_the_interval():
