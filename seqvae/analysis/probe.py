@@ -94,7 +94,9 @@ def majority_rate(y) -> tuple[int, float]:
     return label, counts[label] / len(y)
 
 
-def probe_accuracies(train_x, train_y, test_x, test_y, sizes: list[int], draws: int, seed: int, n_classes: int | None = None) -> dict:
+def probe_accuracies(
+    train_x, train_y, test_x, test_y, sizes: list[int], draws: int, seed: int, n_classes: int | None = None
+) -> dict:
     """For each n: `draws` random subsets of n training texts (seeded by seed, n and the draw, so a
     size's subsets do not depend on the other sizes), a probe fitted on each, its accuracy on the
     test texts; their mean with a 95% t-interval, and the test split's majority-class rate."""
@@ -212,7 +214,10 @@ def run_probe(args) -> dict:
     reading = model.vocab.reading or {}
     label_column = args.label_column or reading.get("label_column") or data.get("label_column") or False
     if label_column in (False, "false", None):
-        raise ProbeError(f"--label-column: {ckpt} was trained reading no labels (data.label_column false): give --label-column first_token or tab")
+        raise ProbeError(
+            f"--label-column: {ckpt} was trained reading no labels (data.label_column false): "
+            "give --label-column first_token or tab"
+        )
     splits = {}
     if data.get("train") or data.get("train_lines"):
         keys = ("train", "val", "test", "train_lines", "val_lines", "test_lines")
@@ -228,7 +233,9 @@ def run_probe(args) -> dict:
         specs[name] = given if given is not None else split_value(*splits[name])
     shared = overlap(specs["train"], specs["test"])
     if shared:
-        raise ProbeError(f"--test: {specs['test']} shares {shared} with --train {specs['train']}: the held-out split must be held out")
+        raise ProbeError(
+            f"--test: {specs['test']} shares {shared} with --train {specs['train']}: the held-out split must be held out"
+        )
     max_length = data.get("max_length")
     train_texts, train_labels, train_unlabelled = read_labelled(specs["train"], "--train", label_column, max_length)
     test_texts, test_labels, test_unlabelled = read_labelled(specs["test"], "--test", label_column, max_length)
@@ -306,8 +313,10 @@ def write_results(result: dict) -> list[Path]:
 
 def table(result: dict) -> str:
     lines = [
-        f"seqvae probe: {result['checkpoint']}: z {result['latent_dim']}, posterior means of {result['train']['texts']} "
-        f"labelled training texts ({result['train']['split']}) and {result['test']['texts']} held-out ({result['test']['split']}), "
+        f"seqvae probe: {result['checkpoint']}: z {result['latent_dim']}, "
+        f"posterior means of {result['train']['texts']} "
+        f"labelled training texts ({result['train']['split']}) and "
+        f"{result['test']['texts']} held-out ({result['test']['split']}), "
         f"{len(result['classes'])} classes, {result['draws']} draws per n (seed {result['seed']})",
         f"{'n':>6}  {'accuracy':>8}  95% interval",
     ]
