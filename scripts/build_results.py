@@ -3,6 +3,12 @@
     python scripts/build_results.py            # rewrite the tables in place, redraw the figures
     python scripts/build_results.py --no-plots # the tables only
     python scripts/build_results.py --check    # exit 1 naming every stale table or unquotable prose quote (a CI test)
+    python scripts/build_results.py docs/x.md  # one page only
+
+Without a page it rebuilds (or checks) the findings page docs/results.md and the archived lab
+notebook docs/notes/results_lab_2026-12.md, each from its own blocks, and checks the README's
+quotes (it has no blocks) against the findings page's tables: a result the front door quotes
+cannot drift from the files either.
 
 A generated block is the output of `seqvae compare ARGS` between two marker lines:
 
@@ -13,6 +19,8 @@ A generated block is the output of `seqvae compare ARGS` between two marker line
 `ARGS` may hold `--baseline RUNS`: the block is then each row's difference to those runs with
 its 95% interval (e.g. each method's gap to the LM of the same seed:
 `'docs/results/yahoo10k_short/*/seed*' --label dir --baseline 'docs/results/yahoo10k_short/lm/seed*'`).
+A `<!-- reference_check compare --ref DIR --seqvae DIR -->` block is the table of
+`python scripts/reference_check.py compare ...` (another code's runs against seqvae's, Welch intervals).
 A block of the former `scripts/paired_gap.py` (`<!-- paired_gap ... -->`) is an error naming that
 replacement.
 
@@ -32,6 +40,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib.util
 import io
 import os
 import re
@@ -39,10 +48,15 @@ import shlex
 import sys
 from pathlib import Path
 
-from seqvae import compare
+from seqvae.analysis import compare
 
 ROOT = Path(__file__).resolve().parents[1]
-BLOCK = re.compile(r"^<!-- (?P<tool>compare|paired_gap) (?P<args>.+?) -->\n(?P<body>.*?)^<!-- /(?P=tool) -->$", re.M | re.S)
+# pages with generated tables
+PAGES = ("docs/results.md", "docs/notes/results_lab_2026-12.md", "docs/results/reference_yahoo10k/README.md")
+QUOTING = {"README.md": "docs/results.md"}  # pages without tables: whose tables their quotes must be in
+BLOCK = re.compile(
+    r"^<!-- (?P<tool>compare|paired_gap|reference_check) (?P<args>.+?) -->\n(?P<body>.*?)^<!-- /(?P=tool) -->$", re.M | re.S
+)
 _NUM = r"[+\-−]\d+(?:\.\d+)?"
 # What the prose may quote from a table: a difference with its interval, a one-run difference, a mean ± s.d.
 QUOTES = (
@@ -52,6 +66,14 @@ QUOTES = (
 )
 
 
+def reference_check():
+    """scripts/reference_check.py as a module (scripts/ is not a package)."""
+    spec = importlib.util.spec_from_file_location("reference_check", ROOT / "scripts" / "reference_check.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def table(args: list[str], where: str, tool: str = "compare") -> str:
     if tool == "paired_gap":  # scripts/paired_gap.py was folded into `seqvae compare --baseline`
         root = args[0] if args else "DIR"
@@ -59,9 +81,10 @@ def table(args: list[str], where: str, tool: str = "compare") -> str:
             f"{where}: paired_gap blocks are gone: use <!-- compare '{root}/*/seed*' --label dir --baseline '{root}/lm/seed*' -->"
         )
     out, err = io.StringIO(), io.StringIO()
+    run = compare.main if tool == "compare" else reference_check().main  # reference_check: `compare` of another code's runs
     try:
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            code = compare.main(args)
+            code = run(args)
     except SystemExit as exit_:  # argparse's usage errors: the usage, then the error line
         code, message = exit_.code or 1, (err.getvalue().strip().splitlines() or [str(exit_.code)])[-1]
     else:
@@ -88,9 +111,10 @@ def rebuild(text: str, doc: str, draw: bool) -> tuple[str, list[str]]:
     return "".join(parts) + text[end:], stale
 
 
-def unquoted(text: str, doc: str = "doc") -> list[str]:
-    """The prose's quotes of a table (QUOTES) that no generated table of `text` contains."""
-    tables = "\n".join(m["body"] for m in BLOCK.finditer(text))
+def unquoted(text: str, doc: str = "doc", tables: str | None = None) -> list[str]:
+    """The prose's quotes of a table (QUOTES) that no generated table of `text` (or `tables`) contains."""
+    if tables is None:
+        tables = "\n".join(m["body"] for m in BLOCK.finditer(text))
     missing, end = [], 0
     for m in [*BLOCK.finditer(text), None]:
         prose_start = end
@@ -105,23 +129,16 @@ def unquoted(text: str, doc: str = "doc") -> list[str]:
     return missing
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("doc", nargs="?", default="docs/results.md")
-    parser.add_argument("--check", action="store_true", help="change nothing; exit 1 if a table is out of date")
-    parser.add_argument("--no-plots", action="store_true", help="rewrite the tables only; leave the figures as they are")
-    args = parser.parse_args(argv)
-    os.chdir(ROOT)
-    path = Path(args.doc)
+def one_page(path: Path, check: bool, draw: bool) -> int:
     text = path.read_text(encoding="utf-8")
     if not BLOCK.search(text):
         print(f"{path}: no <!-- compare ... --> blocks", file=sys.stderr)
         return 2
-    new, stale = rebuild(text, str(path), draw=not (args.check or args.no_plots))
+    new, stale = rebuild(text, str(path), draw=draw)
     missing = unquoted(new, str(path))
     for m in missing:
         print(f"prose: {m}", file=sys.stderr)
-    if args.check:
+    if check:
         for s in stale:
             print(f"out of date: {s} (run python scripts/build_results.py)", file=sys.stderr)
         return 1 if stale or missing else 0
@@ -131,6 +148,30 @@ def main(argv: list[str] | None = None) -> int:
         tmp.replace(path)  # atomic: an error above leaves the old file whole
     print(f"{path}: {len(BLOCK.findall(new))} tables, {len(stale)} updated")
     return 1 if missing else 0
+
+
+def quoting_page(path: Path, source: Path) -> int:
+    """A page without tables (the README): its quotes must be in `source`'s generated tables."""
+    tables = "\n".join(m["body"] for m in BLOCK.finditer(source.read_text(encoding="utf-8")))
+    missing = unquoted(path.read_text(encoding="utf-8"), str(path), tables)
+    for m in missing:
+        print(f"prose: {m} of {source}", file=sys.stderr)
+    return 1 if missing else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("doc", nargs="?", help=f"one page (default: {', '.join(PAGES)}, then the README's quotes)")
+    parser.add_argument("--check", action="store_true", help="change nothing; exit 1 if a table is out of date")
+    parser.add_argument("--no-plots", action="store_true", help="rewrite the tables only; leave the figures as they are")
+    args = parser.parse_args(argv)
+    os.chdir(ROOT)
+    draw = not (args.check or args.no_plots)
+    if args.doc:
+        return one_page(Path(args.doc), args.check, draw)
+    codes = [one_page(Path(p), args.check, draw) for p in PAGES]
+    codes += [quoting_page(Path(p), Path(src)) for p, src in QUOTING.items()]
+    return max(codes)
 
 
 if __name__ == "__main__":

@@ -526,8 +526,8 @@ def run_compare(a) -> int:
         print("need >= 2 finished runs on each side")
         return 1
     rows = []
-    print("\n| metric | reference mean (n) | seqvae mean (n) | reference - seqvae | Welch 95% interval | df |")
-    print("|---|---|---|---|---|---|")
+    print("\n| metric | reference mean (n) | seqvae mean (n) | reference − seqvae [Welch 95% interval] | df |")
+    print("|---|---|---|---|---|")
     for label, rk, sk in METRICS:
         x = [m[rk] for _, m in ref]
         y = [m[sk] for _, m in sv]
@@ -536,14 +536,19 @@ def run_compare(a) -> int:
         rows.append(r)
         holds0 = r["lo"] <= 0 <= r["hi"]
         df = "-" if r["df"] is None else f"{r['df']:.1f}"
-        print(f"| {label} | {r['mean_ref']:.4f} ({r['n_ref']}) | {r['mean_seqvae']:.4f} ({r['n_seqvae']}) | "
-              f"{r['diff']:+.4f} | [{r['lo']:+.4f}, {r['hi']:+.4f}]{' (holds 0)' if holds0 else ''} | {df} |")
+        # 2 decimals, `diff [lo, hi]` in one cell, as `seqvae compare` writes them: the results pages quote
+        # these cells verbatim and scripts/build_results.py --check looks them up (the JSON keeps full precision)
+        degenerate = r["lo"] == r["hi"]
+        note = " (same on every run: no spread, no interval)" if degenerate else (" (holds 0)" if holds0 else "*")
+        print(f"| {label} | {r['mean_ref']:.2f} ({r['n_ref']}) | {r['mean_seqvae']:.2f} ({r['n_seqvae']}) | "
+              f"{r['diff']:+.2f} [{r['lo']:+.2f}, {r['hi']:+.2f}]{note} | {df} |")
     if a.json:
-        Path(a.json).write_text(json.dumps({"command": "python " + " ".join(sys.argv), "rows": rows}, indent=2) + "\n")
+        command = "python scripts/reference_check.py " + " ".join(a.argv or sys.argv[1:])
+        Path(a.json).write_text(json.dumps({"command": command, "rows": rows}, indent=2) + "\n")
     return 0
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
     y = sub.add_parser("yahoo10k", help="run the reference on yahoo10k for one seed")
@@ -566,7 +571,8 @@ def main() -> int:
                         ("eval", "re-test the saved best checkpoint with text.py --eval")):
         e = sub.add_parser(name, help=help_)
         e.add_argument("--out", required=True, help="the run's out dir (with its config.json)")
-    a = ap.parse_args()
+    a = ap.parse_args(argv)
+    a.argv = argv
     return {"yahoo10k": run_yahoo10k, "compare": run_compare, "collect": run_collect, "eval": run_eval}[a.cmd](a)
 
 

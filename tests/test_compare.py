@@ -491,7 +491,7 @@ def test_baseline_paired_by_seed(tmp_path, capsys):
     assert rows["a"][:3] == ["3", "seed, n=3", "+2.00 [-0.48, +4.48]"]
     assert rows["b"][:3] == ["4", "seed, n=3", "+6.00 [+3.52, +8.48]*"]  # excludes 0: marked
     assert rows["b"][3] == "+6.00 [+3.52, +8.48]*"  # −ELBO: the same seed-wise differences
-    assert rows["a"][5] == "+0.00 [+0.00, +0.00]"  # MI: identical per seed; an interval of width 0 at 0 is not marked
+    assert rows["a"][5] == "+0.00 on every seed (3/3)"  # MI: identical per seed; no interval of width 0, no mark
     assert rows["base (baseline)"][:4] == ["3", "–", "101.33 ± 1.53", "104.53 ± 1.63"]
     assert "- a: paired by seed with base, seeds 1, 2, 3 (n = 3, t(0.975, 2) = 4.303)" in out.splitlines()
     assert ("- b: paired by seed with base, seeds 1, 2, 3 (n = 3, t(0.975, 2) = 4.303); "
@@ -501,7 +501,9 @@ def test_baseline_paired_by_seed(tmp_path, capsys):
     doc = json.loads(out)
     b = next(r for r in doc["rows"] if r["label"] == "b")
     assert b["difference"]["iw_nll"] == {"diff": 6.0, "lo": pytest.approx(6 - half), "hi": pytest.approx(6 + half), "n": 3,
-                                         "df": 2, "by": "seed", "why": None, "mc_se": None, "excludes_zero": True}  # fmt: skip
+                                         "df": 2, "by": "seed", "why": None, "mc_se": None, "excludes_zero": True,
+                                         "seeds": [1, 2, 3], "degenerate": None, "seeds_needed": 3,
+                                         "seeds_needed_resolve": None}  # fmt: skip
     a = next(r for r in doc["rows"] if r["label"] == "a")
     assert a["difference"]["iw_nll"]["excludes_zero"] is False and a["paired_by"] == "seed, n=3"
     assert doc["baseline"] == "base" and doc["rows"][0]["baseline"] is True and "difference" not in doc["rows"][0]
@@ -550,7 +552,8 @@ def test_baseline_paired_by_text(tmp_path, capsys):
     # −ELBO: d = 1..5, mean 3, sd √2.5, t(0.975, 4)
     half = T4 * statistics.stdev(D_ELBO) / math.sqrt(5)
     assert diff["neg_elbo"] == {"diff": 3.0, "lo": pytest.approx(3 - half), "hi": pytest.approx(3 + half), "n": 5, "df": 4,
-                                "by": "text", "why": None, "mc_se": None, "excludes_zero": True}  # fmt: skip
+                                "by": "text", "why": None, "mc_se": None, "excludes_zero": True, "seeds": None,
+                                "degenerate": None, "seeds_needed": None, "seeds_needed_resolve": None}  # fmt: skip
     half = T4 * statistics.stdev(D_KL) / math.sqrt(5)
     assert diff["kl"]["diff"] == pytest.approx(0.0) and diff["kl"]["hi"] == pytest.approx(half)
     assert diff["kl"]["excludes_zero"] is False
@@ -564,12 +567,15 @@ def test_baseline_paired_by_text(tmp_path, capsys):
     assert diff["mi_dataset"]["diff"] == pytest.approx(0.4) and diff["mi_dataset"]["mc_se"] == pytest.approx(0.05)
     assert (diff["iw_ppl"]["diff"], diff["iw_ppl"]["lo"], diff["iw_ppl"]["why"]) == (0.0, None, "one run per side")
     assert doc["pairings"] == [
-        "latent_dim=16: seed 1 vs latent_dim=8 seed 1: IW-NLL, −ELBO, KL paired by test text (n = 5 texts, "
-        "t(0.975, 4) = 2.776; IW-NLL on the 4 texts both have it for); MI, MI(dataset), AU, PPL: n/a, one run per side"
+        "latent_dim=16: seed 1 vs latent_dim=8 seed 1: IW-NLL, −ELBO, KL paired by test text of seed 1's checkpoint "
+        "(n = 5 texts, t(0.975, 4) = 2.776; IW-NLL on the 4 texts both have it for, t(0.975, 3) = 3.182); "
+        "MI, MI(dataset), AU, PPL: n/a, one run per side",
+        compare.BY_TEXT_NOTE,
     ]
     rc, out, _ = run_compare(capsys, b, "--baseline", a)
     cells = md_rows(out)["latent_dim=16"]
-    assert cells[:5] == ["1", "text, n=5", "+1.25 [+0.22, +2.28]*", "+3.00 [+1.04, +4.96]*", "+0.00 [-1.96, +1.96]"]
+    assert cells[:5] == ["1", "text (seed 1's checkpoint), n=5", "+1.25 [+0.22, +2.28]*", "+3.00 [+1.04, +4.96]*",
+                         "+0.00 [-1.96, +1.96]"]  # fmt: skip
     assert cells[5:7] == ["+0.00 (n/a)", "+0.40 (n/a; MC se 0.05)"]
     assert cells[-1] == "0.040"  # the row's own MI(dataset) MC se column
 
@@ -580,10 +586,12 @@ def test_by_text_falls_back_when_the_test_texts_differ(tmp_path, capsys):
     assert rc == 0 and err == ""
     cells = md_rows(out)["latent_dim=16"]
     # metrics.json values, named not comparable, with no Monte-Carlo s.e. that would read as their error
-    assert cells[:5] == ["1", "one run each", "+2.00 (not comparable)", "+2.00 (not comparable)", "+0.00 (not comparable)"]
+    # IW-NLL is not differenced across other texts (issue 35); −ELBO and KL show their values' difference
+    assert cells[:5] == ["1", "one run each", "– (other texts)", "+2.00 (not comparable)", "+0.00 (not comparable)"]
     assert not any("MC se" in c for c in cells[2:9])
     line = ("- latent_dim=16: seed 1 vs latent_dim=8 seed 1: not comparable (different test texts "
-            "(test_texts_sha256 other… vs d1…)); difference of the two runs' values, no interval")  # fmt: skip
+            "(test_texts_sha256 other… vs d1…)); difference of the two runs' values, no interval; "
+            "IW-NLL and PPL not differenced on different texts (--allow-mixed-k to difference them)")  # fmt: skip
     assert line in out.splitlines()
     # same digest but not the same rows, or a per-text file gone: also no pairing by text, said why
     write_per_text(b, {k: v[:4] for k, v in BASE_TEXTS.items()}, digest="d1")
@@ -619,8 +627,10 @@ def test_same_config_two_seeds_baseline_is_its_own_row(tmp_path, capsys):
     assert rc == 0
     rows = md_rows(out)
     assert list(rows) == ["max (baseline)", "max"]
-    assert rows["max"][:4] == ["1", "text, n=5", "+1.00 [+1.00, +1.00]*", "+1.00 [+1.00, +1.00]*"]
-    assert "- max: seed 2 vs max seed 1: IW-NLL, −ELBO, KL paired by test text (n = 5 texts, t(0.975, 4) = 2.776)" in out
+    assert rows["max"][:4] == ["1", "text (checkpoints seed 2 vs seed 1), n=5", "+1.00 on every text (5/5)",
+                               "+1.00 on every text (5/5)"]  # fmt: skip
+    assert ("- max: seed 2 vs max seed 1: IW-NLL, −ELBO, KL paired by test text of checkpoints seed 2 vs seed 1 "
+            "(n = 5 texts, t(0.975, 4) = 2.776)") in out  # fmt: skip
 
 
 def test_one_run_against_the_baseline_run_of_its_seed(tmp_path, capsys):
@@ -650,8 +660,10 @@ def test_unpaired_welch_when_no_seed_is_shared(tmp_path, capsys):
     half = T4 * math.sqrt(va + vb)
     mean = statistics.fmean(a) - statistics.fmean(b)
     assert d == {"diff": pytest.approx(mean), "lo": pytest.approx(mean - half), "hi": pytest.approx(mean + half), "n": 7,
-                 "df": 4, "by": "welch", "why": None, "mc_se": None, "excludes_zero": True}  # fmt: skip
-    assert doc["pairings"] == ["w: not paired (no seed in common): unpaired Welch interval, 4 vs 3 runs (df rounded down)"]
+                 "df": 4, "by": "welch", "why": None, "mc_se": None, "excludes_zero": True, "seeds": None,
+                 "degenerate": None, "seeds_needed": None, "seeds_needed_resolve": None}  # fmt: skip
+    assert doc["pairings"] == ["w: not paired (no seed in common): unpaired Welch interval, 4 vs 3 runs (df rounded down)",
+                               compare.DEGENERATE_NOTE]  # MI: seed/100 on both sides, s.d. 0 in each  # fmt: skip
 
 
 def set_texts(root: Path, variant: str, digests: dict[int, str]) -> None:
@@ -698,28 +710,32 @@ def test_a_difference_to_runs_tested_on_other_texts_has_no_interval(tmp_path, ca
     assert rc == 0 and err == ""
     rows = md_rows(out)
     assert rows["same"][:3] == ["3", "seed, n=3", "+2.00 [-0.48, +4.48]"]
-    assert rows["other"][:4] == ["3", "–", "+16.00 (n/a)", "+16.00 (n/a)"]  # 117.33 − 101.33; no interval
-    assert rows["welch"][:3] == ["2", "–", "+9.67 (n/a)"]
-    assert out.splitlines()[-2:] == [
+    assert rows["other"][:4] == ["3", "–", "– (other texts)", "+16.00 (n/a)"]  # −ELBO 117.33 − 101.33; no interval
+    assert rows["welch"][:3] == ["2", "–", "– (other texts)"]
+    assert out.splitlines()[-3:-1] == [  # then why "same"'s MI "+0.00 on every seed" has no interval
         "- other, welch: tested on different texts than the baseline: not comparable "
-        "(test_texts_sha256 bbbbbbbbbbbb… vs aaaaaaaaaaaa…); difference of the means, no interval",
+        "(test_texts_sha256 bbbbbbbbbbbb… vs aaaaaaaaaaaa…); difference of the means, no interval; "
+        "IW-NLL and PPL not differenced on different texts (--allow-mixed-k to difference them)",
         "- same: paired by seed with base, seeds 1, 2, 3 (n = 3, t(0.975, 2) = 4.303)",
     ]
     rc, out, _ = vs_base(capsys, tmp_path, "--format", "json")
     other = next(r for r in json.loads(out)["rows"] if r["label"] == "other")
-    assert other["paired_by"] == "–" and other["difference"]["iw_nll"] == {
+    assert other["paired_by"] == "–" and other["difference"]["neg_elbo"] == {
         **compare.DIFF_KEYS, "diff": pytest.approx(16.0), "why": "tested on different texts than the baseline"
     }  # fmt: skip
+    refused = "other texts — not differenced: tested on different texts"
+    assert other["difference"]["iw_nll"] == {**compare.DIFF_KEYS, "why": refused}
     # a baseline whose own runs mix test sets: no difference to it has an interval, and the row is named
     set_texts(tmp_path, "base", {3: B64})
     rc, out, _ = vs_base(capsys, tmp_path)
-    assert md_rows(out)["same"][:3] == ["3", "–", "+2.00 (n/a)"]
+    assert md_rows(out)["same"][:4] == ["3", "–", "– (other texts)", "+2.00 (n/a)"]
+    refused = "; IW-NLL and PPL not differenced on different texts (--allow-mixed-k to difference them)"
     assert out.splitlines()[-4:] == [
         "",
         "- other, welch: tested on different texts than the baseline: not comparable "
-        "(test_texts_sha256 bbbbbbbbbbbb… vs aaaaaaaaaaaa…/bbbbbbbbbbbb…); difference of the means, no interval",
+        "(test_texts_sha256 bbbbbbbbbbbb… vs aaaaaaaaaaaa…/bbbbbbbbbbbb…); difference of the means, no interval" + refused,
         "- same: tested on different texts than the baseline: not comparable "
-        "(test_texts_sha256 aaaaaaaaaaaa… vs aaaaaaaaaaaa…/bbbbbbbbbbbb…); difference of the means, no interval",
+        "(test_texts_sha256 aaaaaaaaaaaa… vs aaaaaaaaaaaa…/bbbbbbbbbbbb…); difference of the means, no interval" + refused,
         "- base: its 3 runs were tested on 2 different sets of texts (test_texts_sha256 differ): its mean mixes test sets",
     ]
 
@@ -741,7 +757,7 @@ def test_a_row_of_several_runs_against_one_baseline_run_names_the_runs_left_out(
     assert out.splitlines()[-1] == (
         "- max: seed 1 vs base seed 1: not comparable (different test texts (test_texts_sha256 bbbbbbbbbbbb… vs "
         "aaaaaaaaaaaa…)); difference of the two runs' values, no interval; 2 run(s) without a partner of the same seed "
-        "left out (seeds 2, 3)"
+        "left out (seeds 2, 3); IW-NLL and PPL not differenced on different texts (--allow-mixed-k to difference them)"
     )
     # one run against a baseline of several: the baseline row shows all of them; the line is as before
     shutil.rmtree(tmp_path / "yahoo")
@@ -809,12 +825,15 @@ def test_csv_with_baseline(tmp_path, capsys):
     assert rc == 0
     table = list(csv.reader(io.StringIO(out)))
     header = table[0]
-    assert header[-(2 + 4 * 7) :][:6] == ["baseline", "paired_by", *(f"iw_nll_diff_{s}" for s in ("mean", "lo", "hi", "n"))]
+    diff_columns = header[-(2 + 4 * len(compare.DIFF_METRICS)) :][:6]
+    assert diff_columns == ["baseline", "paired_by", *(f"iw_nll_diff_{s}" for s in ("mean", "lo", "hi", "n"))]
     rows = {r[0]: dict(zip(header, r)) for r in table[1:]}
     assert rows["base"]["baseline"] == "1" and rows["base"]["iw_nll_diff_mean"] == ""
     assert rows["b"]["baseline"] == "0" and float(rows["b"]["iw_nll_diff_mean"]) == 6.0
     assert float(rows["b"]["iw_nll_diff_lo"]) == pytest.approx(6 - T2 / math.sqrt(3)) and rows["b"]["iw_nll_diff_n"] == "3"
-    assert err == "seqvae compare: b: paired by seed with base, seeds 1, 2, 3 (n = 3, t(0.975, 2) = 4.303)\n"
+    first, flat = err.splitlines()  # the pairing line, then why MI's "+0.00 on every seed" has no interval
+    assert first == "seqvae compare: b: paired by seed with base, seeds 1, 2, 3 (n = 3, t(0.975, 2) = 4.303)"
+    assert flat.startswith("seqvae compare: on every seed (n/n): every paired difference was the same")
 
 
 def test_mc_standard_errors_shown_when_recorded(tmp_path, capsys):

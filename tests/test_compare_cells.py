@@ -52,8 +52,8 @@ def test_a_nan_never_tracebacks_and_is_counted(nan_runs, capsys):
     lines = out.splitlines()
     headers = [c.strip() for c in lines[0].strip("|").split("|")]
     cells = [c.strip() for c in lines[2].strip("|").split("|")]
-    assert cells[headers.index("feature EV1")] == "0.603 ± 0.001 (n=2; nan ×1)"
-    assert cells[headers.index("KL")] == "4.00 ± 1.41 (n=2; nan ×1)"
+    assert cells[headers.index("feature EV1")] == "0.603 ± 0.001 (n=2; 1 non-finite)"
+    assert cells[headers.index("KL")] == "4.00 ± 1.41 (n=2; 1 non-finite)"
 
 
 def test_a_nan_goes_through_the_baseline_with_n_and_t_of_its_cell(nan_runs, capsys):

@@ -1,4 +1,4 @@
-"""docs/results.md: its generated tables match the committed result files (scripts/build_results.py), the
+"""docs/results.md (and its archive, docs/notes/results_lab_2026-12.md): its generated tables match the committed result files (scripts/build_results.py), the
 intervals and means its prose quotes are in those tables, and the per-run values its prose quotes are in the files."""
 
 # ruff: noqa: E501  (the table of quoted values below reads best one phrase per line)
@@ -236,13 +236,14 @@ def _rerun_facts():
 
 
 def test_prose_values_match_their_files():
-    text = " ".join(open(REPO / "docs/results.md", encoding="utf-8").read().split())
+    pages = ("docs/results.md", "docs/notes/results_lab_2026-12.md")  # the findings page and its archived notebook
+    text = " ".join(" ".join(open(REPO / p, encoding="utf-8").read().split()) for p in pages)
     wrong = []
     for template, values in _facts():
         phrase = " ".join(template.split()).format(*map(_V, values))
         if phrase not in text:
             wrong.append(phrase)
-    assert not wrong, "docs/results.md does not say (or no longer says):\n" + "\n".join(wrong)
+    assert not wrong, "docs/results.md and its archive do not say (or no longer say):\n" + "\n".join(wrong)
 
 
 def test_prose_claims_about_whole_curves():

@@ -37,7 +37,8 @@ import json
 import sys
 from pathlib import Path
 
-from seqvae.analysis.differences import DIFF_KEYS, DIFF_METRICS, MC_SE, add_differences, diff_cell, t975  # noqa: F401  (t975: API)
+from seqvae.analysis.cells import BY_TEXT_NOTE, DEGENERATE_NOTE, add_differences, cell_of, diff_cell, seeds_needed, stat_cell  # noqa: F401
+from seqvae.analysis.differences import DIFF_KEYS, DIFF_METRICS, MC_SE, t975  # noqa: F401  (t975: API)
 from seqvae.analysis.plots import plot, read_curves, y_scale  # noqa: F401  (re-exported: compare's API)
 from seqvae.analysis.runs import (  # noqa: F401  (re-exported: compare's API)
     BN_MARK,
@@ -232,7 +233,7 @@ def unreliable(*groups: dict) -> tuple[str, ...]:
     return BN_UNRELIABLE if any(bn_broken(r) for g in groups for r in g["runs"]) else ()
 
 
-def render_json(groups: list[dict], pairings: list[str], warnings: list[str]) -> str:
+def render_json(groups: list[dict], pairings: list[str], warnings: list[str], resolve: float | None = None) -> str:
     rows = []
     for g in groups:
         row = {"label": g["label"], "n": len(g["runs"]), "baseline": g["baseline"], "runs": [run_json(r) for r in g["runs"]]}
@@ -248,7 +249,7 @@ def render_json(groups: list[dict], pairings: list[str], warnings: list[str]) ->
                 row["difference"][mid] = {**row["difference"][mid], "unreliable": True}
         rows.append(row)
     base = next((g["label"] for g in groups if g["baseline"]), None)
-    doc = {"rows": rows, "baseline": base, "pairings": pairings, "warnings": warnings}
+    doc = {"rows": rows, "baseline": base, "resolve": resolve, "pairings": pairings, "warnings": warnings}
     return json.dumps(doc, indent=2, ensure_ascii=False) + "\n"
 
 
@@ -272,10 +273,7 @@ def render_csv(groups: list[dict]) -> str:
 
 
 def cell(stat: dict, digits: int, mark: bool = False) -> str:
-    if stat["mean"] is None:
-        return MISSING
-    text = f"{stat['mean']:.{digits}f}"
-    return (text if stat["std"] is None else f"{text} ± {stat['std']:.{digits}f}") + BN_MARK * mark
+    return stat_cell(stat, digits, BN_MARK * mark)
 
 
 def escape(label: str) -> str:
@@ -299,8 +297,10 @@ def render_table(groups: list[dict]) -> list[str]:
 
 def render_differences(groups: list[dict]) -> list[str]:
     base = next(g for g in groups if g["baseline"])
-    se_cols = [se for se in MC_SE.values() if any(g["stats"][se]["mean"] is not None for g in groups)]
-    headers = [HEADER[mid] for mid in DIFF_METRICS] + [HEADER[mid] for mid in se_cols]
+    has = lambda mid: any(g["stats"][mid]["mean"] is not None for g in groups)  # noqa: E731
+    shown = [mid for mid in DIFF_METRICS if mid != "probe_acc" or has(mid)]  # the probe: only where runs were probed
+    se_cols = [se for se in MC_SE.values() if has(se)]
+    headers = [HEADER[mid] for mid in shown] + [HEADER[mid] for mid in se_cols]
     lines = [
         f"Differences to the baseline {escape(base['label'])}: row − baseline, mean [95% interval]; "
         "* the interval excludes 0; n/a: no interval (the line under the table says why). "
@@ -312,11 +312,11 @@ def render_differences(groups: list[dict]) -> list[str]:
     for g in groups:
         marked = unreliable(g, base)  # a difference is marked when either side's runs broke the bound
         if g["baseline"]:
-            cells = [cell(g["stats"][mid], DIGITS[mid], mid in marked) for mid in DIFF_METRICS]
+            cells = [cell(g["stats"][mid], DIGITS[mid], mid in marked) for mid in shown]
             label, paired = f"{escape(g['label'])} (baseline)", MISSING
         else:
-            cells = [diff_cell(g["difference"].get(mid), DIGITS[mid]) for mid in DIFF_METRICS]
-            cells = [c + BN_MARK * (mid in marked and c != MISSING) for mid, c in zip(DIFF_METRICS, cells)]
+            cells = [cell_of(g, base, mid, DIGITS[mid]) for mid in shown]
+            cells = [c + BN_MARK * (mid in marked and c != MISSING) for mid, c in zip(shown, cells)]
             label, paired = escape(g["label"]), g["paired_by"]
         cells += [cell(g["stats"][mid], DIGITS[mid]) for mid in se_cols]
         lines.append(f"| {label} | {len(g['runs'])} | {paired} | " + " | ".join(cells) + " |")
@@ -349,6 +349,17 @@ def main(argv: list[str] | None = None) -> int:
         help="runs of one config (quoted glob or directory): every other row's difference to them, with 95%% intervals",
     )
     parser.add_argument(
+        "--allow-mixed-k",
+        action="store_true",
+        help="difference IW-NLL and PPL of runs tested with different K importance samples or on other texts",
+    )
+    parser.add_argument(
+        "--resolve",
+        type=float,
+        metavar="X",
+        help="also say how many seeds a by-seed interval would need to exclude 0 for a difference of X",
+    )
+    parser.add_argument(
         "--plots", type=Path, metavar="DIR", help="write one PNG per validation curve and a bar chart of the final test metrics"
     )
     args = parser.parse_args(argv)
@@ -356,7 +367,7 @@ def main(argv: list[str] | None = None) -> int:
         runs = find_runs(args.runs)
         baseline = find_runs([args.baseline], option="--baseline") if args.baseline is not None else None
         groups = group_runs(runs, args.label, baseline, repr(args.baseline))
-        pairings = add_differences(groups)
+        pairings = add_differences(groups, args.allow_mixed_k, args.resolve)
     except (CompareError, OSError) as err:
         print(f"seqvae compare: error: {err}", file=sys.stderr)
         return 2
@@ -365,7 +376,7 @@ def main(argv: list[str] | None = None) -> int:
     if commits:
         print(f"seqvae compare: warning: {commits}", file=sys.stderr)
     if args.format == "json":
-        sys.stdout.write(render_json(groups, pairings, [*([commits] if commits else []), *notes]))
+        sys.stdout.write(render_json(groups, pairings, [*([commits] if commits else []), *notes], args.resolve))
     elif args.format == "csv":
         sys.stdout.write(render_csv(groups))
         for line in [*pairings, *notes]:  # the CSV stays one table; what would be footnotes goes to stderr

@@ -1,6 +1,7 @@
 """Differences to a baseline with 95% intervals (`seqvae compare --baseline`): paired by seed
 (t-interval over the common seeds), unpaired (Welch), or — one run per side — paired by test text
-from the runs' per-text files. See `seqvae/compare.py` for when each applies.
+from the runs' per-text files. See `seqvae/compare.py` for when each applies; `cells.py` renders them
+and adds what depends on both sides (K, seeds needed).
 """
 
 from __future__ import annotations
@@ -9,17 +10,21 @@ import csv
 import math
 import statistics
 
-from seqvae.analysis.runs import MISSING, CompareError, texts_digests, value
+from seqvae.analysis.runs import HEADER, KEY, MISSING, CompareError, texts_digests, value
 from seqvae.rundir.run_files import PER_TEXT_COLUMNS
 
 # Metrics that get a difference to the baseline, and the per-text column of those paired by text.
-DIFF_METRICS = ("iw_nll", "neg_elbo", "kl", "mi", "mi_dataset", "au", "iw_ppl")
+DIFF_METRICS = ("iw_nll", "neg_elbo", "kl", "mi", "mi_dataset", "au", "iw_ppl", "probe_acc")
 PER_TEXT = {"iw_nll": "iw_nll", "neg_elbo": "neg_elbo", "kl": "kl"}
 # Monte-Carlo standard error of a run's own value (importance / z sampling), when metrics.json has it.
 MC_SE = {"iw_nll": "iw_nll_se", "mi_dataset": "mi_dataset_se"}
 # A difference in JSON: diff (row − baseline), 95% bounds lo/hi, n pairs (texts, seeds) or runs, df of the
-# t quantile, by ("text", "seed", "welch" or None), why there is no interval, MC se of a one-run difference.
-DIFF_KEYS = dict.fromkeys(("diff", "lo", "hi", "n", "df", "by", "why", "mc_se", "excludes_zero"))
+# t quantile, by ("text", "seed", "welch" or None), why there is no interval, MC se of a one-run difference;
+# the seeds a by-seed interval used, whether every paired difference was equal (no spread: no interval to
+# read), and the seeds at which the observed mean difference (and `--resolve X`) would exclude 0
+# (`seqvae/analysis/cells.py`).
+DIFF_KEYS = dict.fromkeys(("diff", "lo", "hi", "n", "df", "by", "why", "mc_se", "excludes_zero", "seeds", "degenerate",
+                           "seeds_needed", "seeds_needed_resolve"))  # fmt: skip
 # Why a difference has no interval when its two sides were not all tested on the same texts.
 OTHER_TEXTS = "tested on different texts than the baseline"
 # Two-sided 95% quantiles of Student's t, t(0.975, df), for df 1..30; beyond, the Cornish-Fisher
@@ -133,12 +138,25 @@ def seeds_text(seeds: list[int]) -> str:
     return ", ".join(map(str, seeds))
 
 
-def k_note(a: list[dict], b: list[dict]) -> str:
-    ka = sorted({r["metrics"].get("iw_samples") for r in a if r["metrics"].get("iw_samples") is not None})
-    kb = sorted({r["metrics"].get("iw_samples") for r in b if r["metrics"].get("iw_samples") is not None})
-    if ka and kb and ka != kb:
-        return f"; IW-NLL with different K ({'/'.join(map(str, ka))} vs {'/'.join(map(str, kb))} importance samples)"
-    return ""
+def lacks(a: dict, b: dict, mid: str) -> str:
+    """Why a seed's pair has no difference of `mid`: the value each side lacks, as recorded (nan, inf) or missing."""
+    raw = [r["metrics"].get(KEY[mid], MISSING) for r in (a, b) if value(r, mid) is None]
+    return "/".join(dict.fromkeys("missing" if v is MISSING or v is None else str(v) for v in raw))
+
+
+def cell_seeds(mid: str, used: list[int], left: list[tuple[int, str]]) -> str:
+    """One cell's own n and t where it used fewer seeds than its row: `MI(dataset): n = 2 (seeds 1, 2; ...)`."""
+    out = "; ".join(f"seed {s} left out: {why}" for s, why in left)
+    t = f", t(0.975, {len(used) - 1}) = {t975(len(used) - 1):.3f}" if len(used) > 1 else ", no interval"
+    return f"{HEADER[mid]}: n = {len(used)} (seed{'s' * (len(used) > 1)} {seeds_text(used)}; {out}){t}"
+
+
+def checkpoint(a: dict, b: dict) -> str:
+    """Whose checkpoints a by-text interval compares: `seed 1's checkpoint` (one per side)."""
+    if a["seed"] is not None and a["seed"] == b["seed"]:
+        return f"seed {a['seed']}'s checkpoint"
+    name = lambda r: f"seed {r['seed']}" if r["seed"] is not None else r["path"].name  # noqa: E731
+    return f"checkpoints {name(a)} vs {name(b)}"
 
 
 def texts_clash(a: list[dict], b: list[dict]) -> str:
@@ -163,7 +181,7 @@ def not_comparable(g: dict, base: dict, clash: str) -> tuple[dict, str, str]:
     """The differences of the rows' means, without intervals: their runs were tested on other texts."""
     out = means_only(g, base, OTHER_TEXTS)
     line = f"{OTHER_TEXTS}: not comparable ({clash}); difference of the means, no interval"
-    return out, MISSING, line + k_note(g["runs"], base["runs"])
+    return out, MISSING, line
 
 
 def differences(g: dict, base: dict) -> tuple[dict, str, str]:
@@ -177,17 +195,20 @@ def differences(g: dict, base: dict) -> tuple[dict, str, str]:
         clash = texts_clash([rmap[s] for s in common], [bmap[s] for s in common])
         if clash:
             return not_comparable(g, base, clash)
+        cells = []
         for mid in DIFF_METRICS:
-            pairs = [(value(rmap[s], mid), value(bmap[s], mid)) for s in common]
-            d = [x - y for x, y in pairs if x is not None and y is not None]
-            out[mid] = {**t_interval(d), "by": "seed"} if d else {"diff": None}
+            used = [s for s in common if value(rmap[s], mid) is not None and value(bmap[s], mid) is not None]
+            d = [value(rmap[s], mid) - value(bmap[s], mid) for s in used]
+            out[mid] = {**t_interval(d), "by": "seed", "seeds": used} if d else {"diff": None}
             if len(d) == 1:
                 out[mid]["why"] = "one common seed has it"
+            if used and len(used) < len(common):
+                cells.append(cell_seeds(mid, used, [(s, lacks(rmap[s], bmap[s], mid)) for s in common if s not in used]))
         n = len(common)
         dropped = len(rows) + len(brows) - 2 * n
         extra = f"; {dropped} run(s) without a partner of the same seed left out" if dropped else ""
         line = f"paired by seed with {blabel}, seeds {seeds_text(common)} (n = {n}, t(0.975, {n - 1}) = {t975(n - 1):.3f}){extra}"
-        return out, f"seed, n={n}", line + k_note(rows, brows)
+        return out, f"seed, n={n}", line + "".join(f"; {c}" for c in cells)
     if len(rows) > 1 and len(brows) > 1:
         clash = texts_clash(rows, brows)
         if clash:
@@ -202,7 +223,7 @@ def differences(g: dict, base: dict) -> tuple[dict, str, str]:
                 out[mid] = {"diff": diff, "why": "fewer than 2 runs of a side have it"}
         why = "no seed in common" if not common else f"only seed {common[0]} in common"
         line = f"not paired ({why}): unpaired Welch interval, {len(rows)} vs {len(brows)} runs (df rounded down)"
-        return out, f"unpaired, n={len(rows)}+{len(brows)}", line + k_note(rows, brows)
+        return out, f"unpaired, n={len(rows)}+{len(brows)}", line
     # One run on at least one side: that run against the other side's run of the same seed.
     if len(rows) == 1 and len(brows) == 1:
         pair = (rows[0], brows[0])
@@ -218,7 +239,7 @@ def differences(g: dict, base: dict) -> tuple[dict, str, str]:
         own = seeds_text(sorted({r["seed"] for r in rows if r["seed"] is not None})) or "unknown"
         runs_text = f"{len(rows)} run{'s' * (len(rows) > 1)} (seed{'s' * (',' in own)} {own})"
         line = f"not paired: {runs_text} and no {blabel} run of the same seed; difference of the means, no interval"
-        return out, MISSING, line + k_note(rows, brows)
+        return out, MISSING, line
     a, b = pair
     which = f"seed {a['seed']}" if a["seed"] is not None else a["path"].name
     bwhich = f"seed {b['seed']}" if b["seed"] is not None else b["path"].name
@@ -249,41 +270,14 @@ def differences(g: dict, base: dict) -> tuple[dict, str, str]:
         n = out["neg_elbo"].get("n") or 0
         t = f"t(0.975, {n - 1}) = {t975(n - 1):.3f}" if n > 1 else "no interval"
         n_iw = out["iw_nll"].get("n") or 0
-        iw = f"; IW-NLL on the {n_iw} texts both have it for" if n_iw != n else ""
-        line = (f"{head}: IW-NLL, −ELBO, KL paired by test text (n = {n} texts, {t}{iw}); "
+        t_iw = f", t(0.975, {n_iw - 1}) = {t975(n_iw - 1):.3f}" if n_iw > 1 else ""
+        iw = f"; IW-NLL on the {n_iw} texts both have it for{t_iw}" if n_iw != n else ""
+        line = (f"{head}: IW-NLL, −ELBO, KL paired by test text of {checkpoint(a, b)} (n = {n} texts, {t}{iw}); "
                 "MI, MI(dataset), AU, PPL: n/a, one run per side")  # fmt: skip
-        short = f"text, n={n}"
+        short = f"text ({checkpoint(a, b)}), n={n}"
     else:
         line = f"{head}: not paired by text ({why}); one run per side: differences only, n/a"
         if other_texts:
             line = f"{head}: {NOT_COMPARABLE} ({why}); difference of the two runs' values, no interval"
         short = "one run each"
-    return out, short, line + left_out + k_note([a], [b])
-
-
-def diff_cell(d: dict | None, digits: int) -> str:
-    if not d or d.get("diff") is None:
-        return MISSING
-    text = f"{d['diff']:+.{digits}f}"
-    if d.get("lo") is not None:
-        return f"{text} [{d['lo']:+.{digits}f}, {d['hi']:+.{digits}f}]" + ("*" if excludes_zero(d) else "")
-    if d.get("why") == NOT_COMPARABLE:
-        return f"{text} ({NOT_COMPARABLE})"
-    return f"{text} (n/a; MC se {d['mc_se']:.{digits}f})" if d.get("mc_se") is not None else f"{text} (n/a)"
-
-
-def add_differences(groups: list[dict]) -> list[str]:
-    """Fills g["difference"] and g["paired_by"] for every non-baseline group; returns the pairing lines."""
-    base = next((g for g in groups if g["baseline"]), None)
-    if base is None:
-        return []
-    lines: dict[str, list[str]] = {}  # rows paired the same way share one line
-    for g in groups:
-        if g is base:
-            continue
-        diff, short, line = differences(g, base)
-        for mid, d in diff.items():  # every difference has every key (None when it does not apply)
-            diff[mid] = {**DIFF_KEYS, **d, "excludes_zero": excludes_zero(d)}
-        g["difference"], g["paired_by"], g["pairing"] = diff, short, line
-        lines.setdefault(line, []).append(g["label"])
-    return [f"{', '.join(labels)}: {line}" for line, labels in lines.items()]
+    return out, short, line + left_out

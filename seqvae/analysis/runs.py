@@ -37,6 +37,10 @@ METRICS = [
     ("feature_erank", "feature erank", "test/feature_erank", 1),
     ("mu_erank", "μ erank", "test/mu_erank", 1),
     ("iw_ppl", "PPL", "test/iw_ppl", 1),
+    # `seqvae probe`: held-out accuracy of a label probe on the means, 2000 labelled texts, and the
+    # majority class's (what a z that knows nothing of the label scores)
+    ("probe_acc", "probe acc", "probe/acc_n2000", 3),
+    ("probe_majority", "majority", "probe/majority", 3),
     ("encoder_updates", "enc updates", "encoder_updates", 0),
     ("decoder_updates", "dec updates", "decoder_updates", 0),
     ("train_minutes", "train minutes", "fit_seconds", 1),
@@ -180,15 +184,22 @@ def value(run: dict, mid: str) -> float | None:
 
 
 def summarize(runs: list[dict], key: str) -> dict:
-    values = [float(r["metrics"][key]) for r in runs if isinstance(r["metrics"].get(key), (int, float))]
+    """Mean and s.d. over the runs' finite values of `key`; "n" (the runs that have one) when some
+    lack it, and "nonfinite" (how many runs record NaN/inf, left out) when any do."""
+    numbers = [r["metrics"][key] for r in runs if isinstance(r["metrics"].get(key), (int, float))]
+    values = [float(v) for v in numbers if not isinstance(v, bool) and math.isfinite(v)]
+    bad = len(numbers) - len(values)
     if key == "fit_seconds":
         values = [v / 60 for v in values]
     if key.endswith("_se"):  # a run's Monte-Carlo s.e.: its root mean square over the row's runs
-        return {"mean": math.sqrt(statistics.fmean(v * v for v in values)) if values else None, "std": None}
-    return {
-        "mean": statistics.fmean(values) if values else None,
-        "std": statistics.stdev(values) if len(values) > 1 else None,
-    }
+        out = {"mean": math.sqrt(statistics.fmean(v * v for v in values)) if values else None, "std": None}
+    else:
+        out = {"mean": statistics.fmean(values) if values else None, "std": statistics.stdev(values) if len(values) > 1 else None}
+    if values and len(values) < len(runs):
+        out["n"] = len(values)
+    if bad:
+        out["nonfinite"] = bad
+    return out
 
 
 # ---------------------------------------------------------------- notes and warnings
