@@ -21,8 +21,9 @@ from seqvae.core.evaluation import EvalNoise, evaluate_batch, iw_chunk
 from seqvae.core.generation import Decoding, Generation, Predictor
 from seqvae.core.losses import KLPenalty, Regularizer, StandardKL, gaussian_kl
 from seqvae.core.metrics import EvalMetrics, sample_posterior
-from seqvae.core.networks import Init, LSTMDecoder, LSTMEncoder, Pooling, pretrained_encoder
+from seqvae.core.networks import Init, LSTMDecoder, Pooling, make_encoder, pretrained_encoder
 from seqvae.core.schedules import KLSchedule, LinearKLWarmup
+from seqvae.core.transformer import TransformerEncoder
 from seqvae.errors import ConfigError
 from seqvae.options import MODEL_OPTIONS, check_option, check_strategy
 from seqvae.text.corpus import PAD_ID, UNK_ID, Vocabulary
@@ -70,7 +71,8 @@ class SeqVAE(pl.LightningModule):
         hidden_dim: LSTM size of encoder and decoder (1024 in the paper).
         encoder_hidden_dim: The encoder's LSTM size if not `hidden_dim` (He et al.: enc_nh, dec_nh).
         latent_dim: Size of z (32 in the paper). 0 gives the LSTM language model baseline.
-        pooling: Encoder feature: "last" hidden state (reference), or "avg"/"max"/"abs" over time.
+        pooling: Encoder feature: "last" state (reference), "avg"/"max"/"abs" over time, "cls" (Transformer).
+        encoder: Not the LSTM: a strategy with `build` (`TransformerEncoder`); same pooling and posterior.
         dropout_in: Dropout on decoder input embeddings.
         dropout_out: Dropout on decoder LSTM outputs.
         word_dropout: Probability of replacing each decoder input word after `<s>` by unk (Bowman).
@@ -112,6 +114,7 @@ class SeqVAE(pl.LightningModule):
         aggressive: AggressiveTraining | None = None, bn_gamma: float | None = None, bn_eps: float = 1e-5,
         init: Init = "reference", fused_output: bool = True, encoder_hidden_dim: int | None = None,
         generation: Generation = Generation(),  # noqa: B008 (frozen: immutable default)
+        encoder: TransformerEncoder | None = None,
     ):  # fmt: skip
         super().__init__()
         self.save_hyperparameters(ignore=["generation"])
@@ -128,10 +131,7 @@ class SeqVAE(pl.LightningModule):
         strategies.update({f"regularizers[{i}]": r for i, r in enumerate(self.regularizers)})
         for option, strategy in strategies.items():
             check_strategy(f"model.{option}", strategy)
-        self.encoder = None
-        feature_dim = encoder_hidden_dim or hidden_dim
-        if latent_dim:
-            self.encoder = LSTMEncoder(vocab_size, embed_dim, feature_dim, latent_dim, pooling, bn_gamma, bn_eps, init)
+        self.encoder, feature_dim = make_encoder(encoder, self.hparams)
         dropout = (dropout_in, dropout_out)
         self.decoder = LSTMDecoder(vocab_size, embed_dim, hidden_dim, latent_dim, *dropout, skip, init, fused_output)
         self.val_metrics = EvalMetrics(latent_dim, feature_dim, mi_dataset, seed=eval_seed)

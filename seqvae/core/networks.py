@@ -7,51 +7,15 @@ features h (B, H); mu, logvar (B, Z); z (B, K, Z).
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Literal
-
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from seqvae.core.features import POOLINGS, Init, Pooling, bn_vae_norm, gaussian_posterior  # noqa: F401  (Pooling: API)
 from seqvae.core.fused_ce import linear_cross_entropy
 from seqvae.errors import ConfigError
 from seqvae.rundir.checkpoints import load_checkpoint
 from seqvae.text.corpus import Vocabulary
-
-Pooling = Literal["last", "avg", "max", "abs"]
-
-
-# Every pooling sees all real steps (incl. `<s>` and `</s>`) and never padding. The LSTM runs
-# forward only, so outputs at real steps do not depend on the padding after them.
-def last_pool(h: torch.Tensor, mask: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
-    return h[torch.arange(h.size(0), device=h.device), lengths - 1]
-
-
-def avg_pool(h: torch.Tensor, mask: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
-    return (h * mask.unsqueeze(-1)).sum(1) / lengths.unsqueeze(-1).to(h.dtype)
-
-
-def max_pool(h: torch.Tensor, mask: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
-    return h.masked_fill(~mask.unsqueeze(-1), float("-inf")).amax(1)
-
-
-def abs_pool(h: torch.Tensor, mask: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
-    """Per dimension, the value of largest magnitude, sign kept (first step on ties)."""
-    magnitude = h.abs().masked_fill(~mask.unsqueeze(-1), -1.0)
-    index = magnitude.argmax(1, keepdim=True)  # argmax returns the first maximal index
-    return h.gather(1, index).squeeze(1)
-
-
-POOLINGS: dict[str, Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]] = {
-    "last": last_pool,
-    "avg": avg_pool,
-    "max": max_pool,
-    "abs": abs_pool,
-}
-
-
-Init = Literal["reference", "pytorch"]
 
 
 def init_weights(module: nn.Module, init: Init = "reference") -> None:
@@ -87,21 +51,15 @@ class LSTMEncoder(nn.Module):
         init: Init = "reference",
     ):
         super().__init__()
+        if pooling not in POOLINGS:
+            raise ConfigError(f"model.pooling: {pooling!r} is not an LSTM encoder's feature (choose from {', '.join(POOLINGS)})")
         self.pool = POOLINGS[pooling]
         self.embed = nn.Embedding(vocab_size, embed_dim)
         self.lstm = nn.LSTM(embed_dim, hidden_dim, batch_first=True)
         self.to_posterior = nn.Linear(hidden_dim, 2 * latent_dim, bias=False)
-        self.mean_norm = None
         init_weights(self, init)
-        if bn_gamma is not None:
-            # BN-VAE: per dimension, the batch of means has variance γ² (fixed, not learned) and a
-            # learned mean β, so E_batch[mu_d²] = γ²·v/(v+ε) + β² and E[KL] ≥ Z·γ²/2 while the
-            # batch variance v of the raw means stays ≫ ε (BatchNorm's eps, 1e-5 by default, as in
-            # Zhu et al.'s code). Below ε the bound fades: the encoder can escape it that way.
-            self.mean_norm = nn.BatchNorm1d(latent_dim, eps=bn_eps)
-            nn.init.constant_(self.mean_norm.weight, bn_gamma)
-            nn.init.zeros_(self.mean_norm.bias)
-            self.mean_norm.weight.requires_grad_(False)
+        self.mean_norm = bn_vae_norm(latent_dim, bn_gamma, bn_eps)
+        self.feature_dim = hidden_dim
 
     def features(self, tokens: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
         mask = torch.arange(tokens.size(1), device=tokens.device) < lengths.unsqueeze(1)  # (B, T)
@@ -110,21 +68,23 @@ class LSTMEncoder(nn.Module):
 
     def forward(self, tokens: torch.Tensor, lengths: torch.Tensor):
         """Returns mu, logvar (B, Z) and the pooled features h (B, H). log σ² is not clamped."""
-        h = self.features(tokens, lengths)
-        # fp32 from here on under bf16 autocast: the densities (KL, log q(z|x), IW weights) of
-        # z ~ N(mu, σ²) need more than bf16's 3 significant digits. No-ops in fp32.
-        mu, logvar = self.to_posterior(h).float().chunk(2, dim=-1)
-        h = h.float()
-        if self.mean_norm is not None:
-            bn = self.mean_norm
-            if self.training and mu.size(0) == 1:
-                # Equal-length bucketing makes some training batches a single sentence, whose
-                # batch variance does not exist (BatchNorm raises). Such a batch is normalised
-                # with the running statistics, which it leaves unchanged, as at evaluation.
-                mu = F.batch_norm(mu, bn.running_mean, bn.running_var, bn.weight, bn.bias, False, 0.0, bn.eps)
-            else:
-                mu = bn(mu)
-        return mu, logvar, h
+        return gaussian_posterior(self, self.features(tokens, lengths))
+
+
+def make_encoder(encoder, h) -> tuple[nn.Module | None, int]:
+    """The encoder of SeqVAE's hyper-parameters `h` and its feature size: `encoder.build(...)`
+    when a strategy is chosen (`model.encoder`, e.g. the Transformer), else the LSTM of
+    `embed_dim` and `encoder_hidden_dim or hidden_dim`; None for the language model (latent 0)."""
+    if encoder is not None and h.encoder_hidden_dim is not None:
+        raise ConfigError("model.encoder_hidden_dim: sets the LSTM encoder's size; with model.encoder, set its init_args")
+    if not h.latent_dim:
+        return None, h.encoder_hidden_dim or h.hidden_dim
+    args = (h.latent_dim, h.pooling, h.bn_gamma, h.bn_eps, h.init)
+    if encoder is not None:
+        net = encoder.build(h.vocab_size, *args)
+        return net, net.feature_dim
+    net = LSTMEncoder(h.vocab_size, h.embed_dim, h.encoder_hidden_dim or h.hidden_dim, *args)
+    return net, net.feature_dim
 
 
 def pretrained_encoder(path: str, encoder: torch.nn.Module, vocab: Vocabulary | None = None, mmap: bool = False) -> dict:

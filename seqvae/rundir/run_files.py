@@ -53,6 +53,7 @@ def run_hparams(model, seed) -> dict:
     h = model.hparams
     return {
         "pooling": h.pooling if h.latent_dim else "none (LM)",
+        "encoder": repr(h.get("encoder")) if h.get("encoder") is not None else ("LSTM" if h.latent_dim else "none (LM)"),
         "kl_schedule": _described(model.kl_schedule),
         "kl_penalty": _described(model.kl_penalty),
         "regularizers": " + ".join(_described(r) for r in model.regularizers) or "none",

@@ -1,0 +1,105 @@
+"""A Transformer encoder for the sequence VAE (issue 38): token + learned position embeddings,
+pre-norm self-attention layers with padding masks, then the same features as the LSTM encoder
+(`model.pooling`) and the same Gaussian posterior layer (BN-VAE included, `gaussian_posterior`).
+
+Chosen in YAML as a strategy, like the KL schedule (`configs/transformer/encoder.yaml`):
+
+    model:
+      encoder:
+        class_path: seqvae.core.transformer.TransformerEncoder
+        init_args: {d_model: 128, layers: 2, heads: 4}
+
+`TransformerEncoder` holds only settings (it is pickled into checkpoints' hyper-parameters, so it
+stays a plain object that `torch.load(weights_only=True)` may read); `SeqVAE` calls `build` with
+what the model knows (vocabulary, latent size, pooling, BN-VAE, init) and gets the module.
+
+Features (`model.pooling`): "cls" is the output at `<s>` (position 0, the [CLS] token's analogue
+and the counterpart of the LSTM's last state), "last" the output at the last real step, and
+"avg" / "max" / "abs" pool over the real steps. Padding is masked out of attention as keys, so
+the outputs at real steps, and every feature, do not depend on the padding.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from seqvae.core.features import POOLINGS, Init, bn_vae_norm, gaussian_posterior
+from seqvae.errors import ConfigError
+from seqvae.options import AT_LEAST_ONE, Range, check_strategy
+
+FEATURES = {"cls": lambda h, mask, lengths: h[:, 0], **POOLINGS}
+
+
+class TransformerEncoder:
+    """Settings of a Transformer encoder: width `d_model`, `layers` pre-norm layers of `heads`
+    heads, feed-forward width `ff_dim` (None: 4·d_model), `dropout` inside the layers, and
+    `max_length` learned positions (texts are `<s>` … `</s>`, so at most data.max_length + 2)."""
+
+    option_ranges = {"d_model": AT_LEAST_ONE, "layers": AT_LEAST_ONE, "heads": AT_LEAST_ONE, "max_length": AT_LEAST_ONE,
+                     "ff_dim": Range(lambda v: v is None or v >= 1, ">= 1 (null: 4·d_model)"),
+                     "dropout": Range(lambda v: 0 <= v < 1, "in [0, 1)")}  # fmt: skip
+
+    def __init__(
+        self, d_model: int = 128, layers: int = 2, heads: int = 4, ff_dim: int | None = None, dropout: float = 0.1,
+        max_length: int = 512,
+    ):  # fmt: skip
+        self.d_model, self.layers, self.heads, self.ff_dim = d_model, layers, heads, ff_dim
+        self.dropout, self.max_length = dropout, max_length
+
+    def build(
+        self, vocab_size: int, latent_dim: int, pooling: str, bn_gamma: float | None, bn_eps: float, init: Init
+    ) -> TransformerNet:
+        return TransformerNet(self, vocab_size, latent_dim, pooling, bn_gamma, bn_eps, init)
+
+    def __repr__(self) -> str:
+        return (f"TransformerEncoder(d_model={self.d_model}, layers={self.layers}, heads={self.heads}, "
+                f"ff_dim={self.ff_dim}, dropout={self.dropout}, max_length={self.max_length})")  # fmt: skip
+
+
+class TransformerNet(nn.Module):
+    def __init__(
+        self, s: TransformerEncoder, vocab_size: int, latent_dim: int, pooling: str, bn_gamma: float | None,
+        bn_eps: float, init: Init,
+    ):  # fmt: skip
+        super().__init__()
+        check_strategy("model.encoder", s)
+        if s.d_model % s.heads:
+            raise ConfigError(f"model.encoder.init_args.heads: {s.heads} does not divide d_model {s.d_model}")
+        if pooling not in FEATURES:
+            raise ConfigError(
+                f"model.pooling: {pooling!r} is not a Transformer encoder's feature (choose from {', '.join(FEATURES)})"
+            )
+        self.pool, self.max_length, self.feature_dim = FEATURES[pooling], s.max_length, s.d_model
+        self.embed = nn.Embedding(vocab_size, s.d_model)
+        self.position = nn.Embedding(s.max_length, s.d_model)
+        layer = nn.TransformerEncoderLayer(
+            s.d_model, s.heads, s.ff_dim or 4 * s.d_model, s.dropout, batch_first=True, norm_first=True
+        )
+        # Pre-norm layers leave the residual stream un-normalised: a final LayerNorm, as in GPT-2 / ViT.
+        self.layers = nn.TransformerEncoder(layer, s.layers, norm=nn.LayerNorm(s.d_model), enable_nested_tensor=False)
+        self.to_posterior = nn.Linear(s.d_model, 2 * latent_dim, bias=False)
+        # Why not He et al.'s U(-0.01, 0.01) everywhere (`init_weights`): it would set LayerNorm's
+        # gains to ~0.01 and shrink attention to near-uniform. The layers keep PyTorch's defaults,
+        # embeddings N(0, 0.02) (GPT-2's); `init` sets the posterior layer only, as it does the LSTM's.
+        nn.init.normal_(self.embed.weight, std=0.02)
+        nn.init.normal_(self.position.weight, std=0.02)
+        if init == "reference":
+            nn.init.uniform_(self.to_posterior.weight, -0.01, 0.01)
+        self.mean_norm = bn_vae_norm(latent_dim, bn_gamma, bn_eps)
+
+    def features(self, tokens: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        T = tokens.size(1)
+        if T > self.max_length:
+            raise ConfigError(
+                f"model.encoder.init_args.max_length: a batch of {T} tokens (with <s> and </s>) exceeds the encoder's "
+                f"{self.max_length} positions"
+            )
+        mask = torch.arange(T, device=tokens.device) < lengths.unsqueeze(1)  # (B, T)
+        x = self.embed(tokens) + self.position.weight[:T]
+        h = self.layers(x, src_key_padding_mask=~mask)  # (B, T, d)
+        return self.pool(h, mask, lengths)
+
+    def forward(self, tokens: torch.Tensor, lengths: torch.Tensor):
+        """mu, logvar (B, Z) and the pooled features h (B, d), as `LSTMEncoder.forward`."""
+        return gaussian_posterior(self, self.features(tokens, lengths))
