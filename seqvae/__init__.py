@@ -37,6 +37,7 @@ _WHERE = {
     "CyclicalKL": "core.schedules",
     "KLSchedule": "core.schedules",
     "LinearKLWarmup": "core.schedules",
+    "IsoBN": "core.isobn",
     "TransformerEncoder": "core.transformer",
 }
 __all__ = sorted(_WHERE)

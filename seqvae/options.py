@@ -50,7 +50,8 @@ def check_parsed(model, data) -> None:
         check_option(f"model.{name}", getattr(model, name, None), allowed)
     for name, allowed in DATA_OPTIONS.items():
         check_option(f"data.{name}", getattr(data, name, None), allowed)
-    strategies = {name: getattr(model, name, None) for name in ("kl_schedule", "kl_penalty", "aggressive", "encoder")}
+    names = ("kl_schedule", "kl_penalty", "aggressive", "encoder", "feature_norm")
+    strategies = {name: getattr(model, name, None) for name in names}
     strategies.update({f"regularizers[{i}]": r for i, r in enumerate(getattr(model, "regularizers", None) or [])})
     for option, spec in strategies.items():
         class_path = getattr(spec, "class_path", None)

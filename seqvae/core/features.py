@@ -67,6 +67,9 @@ def bn_vae_norm(latent_dim: int, bn_gamma: float | None, bn_eps: float) -> nn.Ba
 def gaussian_posterior(encoder: nn.Module, h: torch.Tensor):
     """The posterior layer every encoder shares: features h (B, H) -> mu, logvar (B, Z), h, with
     BN-VAE's norm on mu when `encoder.mean_norm` is set (`encoder.to_posterior`: H -> 2Z)."""
+    norm = getattr(encoder, "feature_norm", None)  # IsoBN (`isobn.py`): what the posterior layer and the metrics see
+    if norm is not None:
+        h = norm(h)
     # fp32 from here on under bf16 autocast: the densities (KL, log q(z|x), IW weights) of
     # z ~ N(mu, σ²) need more than bf16's 3 significant digits. No-ops in fp32.
     mu, logvar = encoder.to_posterior(h).float().chunk(2, dim=-1)

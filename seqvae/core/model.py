@@ -19,6 +19,7 @@ from seqvae.core.aggressive import AggressiveTraining
 from seqvae.core.bn_bound import BNBoundCheck
 from seqvae.core.evaluation import EvalNoise, evaluate_batch, iw_chunk
 from seqvae.core.generation import Decoding, Generation, Predictor
+from seqvae.core.isobn import IsoBN
 from seqvae.core.losses import KLPenalty, Regularizer, StandardKL, gaussian_kl
 from seqvae.core.metrics import EvalMetrics, sample_posterior
 from seqvae.core.networks import Init, LSTMDecoder, Pooling, make_encoder, pretrained_encoder
@@ -73,6 +74,7 @@ class SeqVAE(pl.LightningModule):
         latent_dim: Size of z (32 in the paper). 0 gives the LSTM language model baseline.
         pooling: Encoder feature: "last" state (reference), "avg"/"max"/"abs" over time, "cls" (Transformer).
         encoder: Not the LSTM: a strategy with `build` (`TransformerEncoder`); same pooling and posterior.
+        feature_norm: A norm on the encoder's features before the posterior layer (`IsoBN`); None: off.
         dropout_in: Dropout on decoder input embeddings.
         dropout_out: Dropout on decoder LSTM outputs.
         word_dropout: Probability of replacing each decoder input word after `<s>` by unk (Bowman).
@@ -114,7 +116,7 @@ class SeqVAE(pl.LightningModule):
         aggressive: AggressiveTraining | None = None, bn_gamma: float | None = None, bn_eps: float = 1e-5,
         init: Init = "reference", fused_output: bool = True, encoder_hidden_dim: int | None = None,
         generation: Generation = Generation(),  # noqa: B008 (frozen: immutable default)
-        encoder: TransformerEncoder | None = None,
+        encoder: TransformerEncoder | None = None, feature_norm: IsoBN | None = None,
     ):  # fmt: skip
         super().__init__()
         self.save_hyperparameters(ignore=["generation"])
@@ -131,7 +133,7 @@ class SeqVAE(pl.LightningModule):
         strategies.update({f"regularizers[{i}]": r for i, r in enumerate(self.regularizers)})
         for option, strategy in strategies.items():
             check_strategy(f"model.{option}", strategy)
-        self.encoder, feature_dim = make_encoder(encoder, self.hparams)
+        self.encoder, feature_dim = make_encoder(encoder, feature_norm, self.hparams)
         dropout = (dropout_in, dropout_out)
         self.decoder = LSTMDecoder(vocab_size, embed_dim, hidden_dim, latent_dim, *dropout, skip, init, fused_output)
         self.val_metrics = EvalMetrics(latent_dim, feature_dim, mi_dataset, seed=eval_seed)

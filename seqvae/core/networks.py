@@ -71,19 +71,24 @@ class LSTMEncoder(nn.Module):
         return gaussian_posterior(self, self.features(tokens, lengths))
 
 
-def make_encoder(encoder, h) -> tuple[nn.Module | None, int]:
+def make_encoder(encoder, feature_norm, h) -> tuple[nn.Module | None, int]:
     """The encoder of SeqVAE's hyper-parameters `h` and its feature size: `encoder.build(...)`
     when a strategy is chosen (`model.encoder`, e.g. the Transformer), else the LSTM of
-    `embed_dim` and `encoder_hidden_dim or hidden_dim`; None for the language model (latent 0)."""
+    `embed_dim` and `encoder_hidden_dim or hidden_dim`; None for the language model (latent 0).
+    `feature_norm` (IsoBN), when set, becomes the encoder's `feature_norm` (`gaussian_posterior`)."""
     if encoder is not None and h.encoder_hidden_dim is not None:
         raise ConfigError("model.encoder_hidden_dim: sets the LSTM encoder's size; with model.encoder, set its init_args")
     if not h.latent_dim:
+        if feature_norm is not None:
+            raise ConfigError("model.feature_norm: the language model (latent_dim 0) has no encoder features to normalise")
         return None, h.encoder_hidden_dim or h.hidden_dim
     args = (h.latent_dim, h.pooling, h.bn_gamma, h.bn_eps, h.init)
     if encoder is not None:
         net = encoder.build(h.vocab_size, *args)
-        return net, net.feature_dim
-    net = LSTMEncoder(h.vocab_size, h.embed_dim, h.encoder_hidden_dim or h.hidden_dim, *args)
+    else:
+        net = LSTMEncoder(h.vocab_size, h.embed_dim, h.encoder_hidden_dim or h.hidden_dim, *args)
+    if feature_norm is not None:
+        net.feature_norm = feature_norm.build(net.feature_dim)
     return net, net.feature_dim
 
 

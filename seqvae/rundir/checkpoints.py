@@ -12,6 +12,7 @@ from pathlib import Path
 import torch
 
 from seqvae.core.aggressive import AggressiveTraining
+from seqvae.core.isobn import IsoBN
 from seqvae.core.losses import BatchFreeBits, CosineDispersion, FreeBits, StandardKL
 from seqvae.core.schedules import ConstantKL, CyclicalKL, LinearKLWarmup
 from seqvae.core.transformer import TransformerEncoder
@@ -19,7 +20,7 @@ from seqvae.errors import CorpusError
 from seqvae.text.corpus import Vocabulary
 
 SAFE_CLASSES = [AggressiveTraining, ConstantKL, CyclicalKL, LinearKLWarmup, StandardKL, FreeBits, BatchFreeBits, CosineDispersion,
-                TransformerEncoder]  # fmt: skip
+                TransformerEncoder, IsoBN]  # fmt: skip
 torch.serialization.add_safe_globals(
     [*SAFE_CLASSES, *((c, f"seqvae.{c.__module__.rsplit('.', 1)[1]}.{c.__qualname__}") for c in SAFE_CLASSES)]
 )

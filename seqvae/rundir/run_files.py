@@ -53,6 +53,7 @@ def run_hparams(model, seed) -> dict:
     h = model.hparams
     return {
         "pooling": h.pooling if h.latent_dim else "none (LM)",
+        "feature_norm": repr(h.get("feature_norm")) if h.get("feature_norm") is not None else "none",
         "encoder": repr(h.get("encoder")) if h.get("encoder") is not None else ("LSTM" if h.latent_dim else "none (LM)"),
         "kl_schedule": _described(model.kl_schedule),
         "kl_penalty": _described(model.kl_penalty),
