@@ -7,7 +7,9 @@ import torch
 import torch.nn.functional as F
 from seqvae.data import BOS_ID, EOS_ID, PAD_ID
 from seqvae.model import SeqVAE
-from seqvae.networks import POOLINGS, LSTMDecoder, LSTMEncoder, abs_pool, avg_pool, last_pool, max_pool
+from seqvae.networks import LSTMDecoder, LSTMEncoder
+
+from seqvae.core.features import POOLINGS, abs_pool, avg_pool, last_pool, max_pool
 
 V, E, H, Z = 20, 8, 12, 4
 
