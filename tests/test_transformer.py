@@ -86,6 +86,8 @@ def test_bn_vae_and_the_posterior_layer_are_the_lstms():
     (lambda: model("cls", TransformerEncoder(d_model=10, heads=4)), "init_args.heads: 4 does not divide d_model 10"),
     (lambda: model("cls", TransformerEncoder(layers=0)), "model.encoder.init_args.layers"),
     (lambda: model("cls", TransformerEncoder(dropout=1.0)), "model.encoder.init_args.dropout"),
+    (lambda: model("cls", TransformerEncoder(optimizer="adamw")), "model.encoder.init_args.optimizer: must be sgd or adam"),
+    (lambda: model("cls", TransformerEncoder(lr=0.0)), "model.encoder.init_args.lr"),
     (lambda: model("cls", None), "model.pooling: 'cls' is not an LSTM encoder's feature"),
     (lambda: model("max", SMALL, encoder_hidden_dim=32), "model.encoder_hidden_dim"),
 ])  # fmt: skip
@@ -93,6 +95,21 @@ def test_bad_settings_are_one_config_error_naming_the_option(build, says):
     with pytest.raises(ConfigError, match=None) as err:
         build()
     assert says in str(err.value) and "\n" not in str(err.value)
+
+
+def test_the_encoder_takes_its_own_optimiser_and_the_decoder_keeps_sgd_at_model_lr():
+    def optimisers(encoder):
+        m = model("cls", encoder, lr=0.5)
+        return [(type(o).__name__, o.param_groups[0]["lr"], sum(p.numel() for p in o.param_groups[0]["params"]))
+                for o in m.configure_optimizers()]  # fmt: skip
+
+    sizes = [sum(p.numel() for p in part.parameters()) for part in (model("cls").encoder, model("cls").decoder)]
+    assert optimisers(SMALL) == [("SGD", 0.5, sizes[0]), ("SGD", 0.5, sizes[1])]  # He et al.'s protocol by default
+    adam = TransformerEncoder(d_model=16, layers=2, heads=2, optimizer="adam", lr=3e-4)
+    assert optimisers(adam) == [("Adam", 3e-4, sizes[0]), ("SGD", 0.5, sizes[1])]
+    old = TransformerEncoder(d_model=16, layers=2, heads=2)
+    del old.optimizer, old.lr  # settings pickled before the two options existed
+    assert optimisers(old)[0] == ("SGD", 0.5, sizes[0])
 
 
 def test_a_text_longer_than_the_positions_is_refused_naming_max_length():
@@ -133,6 +150,11 @@ def test_the_encoder_swap_end_to_end_fit_test_probe_and_a_pretrained_encoder(cor
     assert hparams["encoder"]["class_path"] == "seqvae.TransformerEncoder" and hparams["encoder"]["init_args"]["d_model"] == 16
     reloaded = SeqVAE.load_from_checkpoint(ckpt, map_location="cpu", weights_only=True)
     assert isinstance(reloaded.encoder.layers, torch.nn.TransformerEncoder) and reloaded.encoder.feature_dim == 16
+    status, err = run(["fit", *common, "--config", REPO / "configs/transformer/adam.yaml",
+                       "--trainer.logger.init_args.version=adam"], capsys)  # fmt: skip
+    assert status == 0, err
+    states = torch.load(root / "transformer_cls" / "adam" / "checkpoints" / "last.ckpt", weights_only=False)["optimizer_states"]
+    assert "exp_avg" in next(iter(states[0]["state"].values())) and not states[1]["state"]  # Adam encoder, SGD decoder
     status, err = run(["probe", run_dir, "--sizes", "10", "--draws", "2"], capsys)
     assert status == 0, err
     assert json.loads((run_dir / "probe.json").read_text())["latent_dim"] == 4

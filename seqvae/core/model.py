@@ -184,8 +184,11 @@ class SeqVAE(pl.LightningModule):
 
     # ---------------------------------------------------------------- training
     def configure_optimizers(self):
-        groups = [m for m in (self.encoder, self.decoder) if m is not None]
-        return [torch.optim.SGD(m.parameters(), lr=self.hparams.lr) for m in groups]
+        lr, opts = self.hparams.lr, [torch.optim.SGD(self.decoder.parameters(), lr=self.hparams.lr)]
+        if self.encoder is not None:  # encoder first; a Transformer's settings may choose its optimiser
+            make = getattr(self.encoder, "make_optimizer", lambda lr: torch.optim.SGD(self.encoder.parameters(), lr=lr))
+            opts.insert(0, make(lr))
+        return opts
 
     def configure_callbacks(self):
         have = {type(c) for c in self.trainer.callbacks}  # fit's own test: already attached

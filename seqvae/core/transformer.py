@@ -21,6 +21,8 @@ the outputs at real steps, and every feature, do not depend on the padding.
 
 from __future__ import annotations
 
+from typing import Literal
+
 import torch
 from torch import nn
 
@@ -34,18 +36,31 @@ FEATURES = {"cls": lambda h, mask, lengths: h[:, 0], **POOLINGS}
 class TransformerEncoder:
     """Settings of a Transformer encoder: width `d_model`, `layers` pre-norm layers of `heads`
     heads, feed-forward width `ff_dim` (None: 4·d_model), `dropout` inside the layers, and
-    `max_length` learned positions (texts are `<s>` … `</s>`, so at most data.max_length + 2)."""
+    `max_length` learned positions (texts are `<s>` … `</s>`, so at most data.max_length + 2).
+
+    `optimizer` / `lr`: the encoder's own optimiser. "sgd" with `lr` None is He et al.'s LSTM
+    protocol (SGD at model.lr, 1.0). Why "adam" exists: at SGD lr 1.0 a Transformer encoder's
+    updates can overflow (docs/results.md §7: 1 of 9 runs without IsoBN and 7 of 9 with it ended
+    in a non-finite gradient on yahoo10k); Adam bounds each step by its lr (Optimus and BERT
+    fine-tuning use Adam). The decoder keeps SGD at model.lr; the plateau rule scales both."""
 
     option_ranges = {"d_model": AT_LEAST_ONE, "layers": AT_LEAST_ONE, "heads": AT_LEAST_ONE, "max_length": AT_LEAST_ONE,
                      "ff_dim": Range(lambda v: v is None or v >= 1, ">= 1 (null: 4·d_model)"),
-                     "dropout": Range(lambda v: 0 <= v < 1, "in [0, 1)")}  # fmt: skip
+                     "dropout": Range(lambda v: 0 <= v < 1, "in [0, 1)"),
+                     "optimizer": Range(lambda v: v in ("sgd", "adam"), "sgd or adam"),
+                     "lr": Range(lambda v: v is None or v > 0, "> 0 (null: model.lr)")}  # fmt: skip
+    optimizer, lr = "sgd", None  # class defaults: settings pickled before these two options existed load as SGD
 
     def __init__(
         self, d_model: int = 128, layers: int = 2, heads: int = 4, ff_dim: int | None = None, dropout: float = 0.1,
-        max_length: int = 512,
+        max_length: int = 512, optimizer: Literal["sgd", "adam"] = "sgd", lr: float | None = None,
     ):  # fmt: skip
         self.d_model, self.layers, self.heads, self.ff_dim = d_model, layers, heads, ff_dim
-        self.dropout, self.max_length = dropout, max_length
+        self.dropout, self.max_length, self.optimizer, self.lr = dropout, max_length, optimizer, lr
+
+    def make_optimizer(self, params, model_lr: float) -> torch.optim.Optimizer:
+        lr = self.lr or model_lr
+        return torch.optim.Adam(params, lr=lr) if self.optimizer == "adam" else torch.optim.SGD(params, lr=lr)
 
     def build(
         self, vocab_size: int, latent_dim: int, pooling: str, bn_gamma: float | None, bn_eps: float, init: Init
@@ -54,7 +69,8 @@ class TransformerEncoder:
 
     def __repr__(self) -> str:
         return (f"TransformerEncoder(d_model={self.d_model}, layers={self.layers}, heads={self.heads}, "
-                f"ff_dim={self.ff_dim}, dropout={self.dropout}, max_length={self.max_length})")  # fmt: skip
+                f"ff_dim={self.ff_dim}, dropout={self.dropout}, max_length={self.max_length}, "
+                f"optimizer={self.optimizer!r}, lr={self.lr})")  # fmt: skip
 
 
 class TransformerNet(nn.Module):
@@ -70,7 +86,7 @@ class TransformerNet(nn.Module):
             raise ConfigError(
                 f"model.pooling: {pooling!r} is not a Transformer encoder's feature (choose from {', '.join(FEATURES)})"
             )
-        self.pool, self.max_length, self.feature_dim = FEATURES[pooling], s.max_length, s.d_model
+        self.pool, self.max_length, self.feature_dim, self.settings = FEATURES[pooling], s.max_length, s.d_model, s
         self.embed = nn.Embedding(vocab_size, s.d_model)
         self.position = nn.Embedding(s.max_length, s.d_model)
         layer = nn.TransformerEncoderLayer(
@@ -87,6 +103,9 @@ class TransformerNet(nn.Module):
         if init == "reference":
             nn.init.uniform_(self.to_posterior.weight, -0.01, 0.01)
         self.mean_norm = bn_vae_norm(latent_dim, bn_gamma, bn_eps)
+
+    def make_optimizer(self, model_lr: float) -> torch.optim.Optimizer:
+        return self.settings.make_optimizer(self.parameters(), model_lr)
 
     def features(self, tokens: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
         T = tokens.size(1)
