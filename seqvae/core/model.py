@@ -22,7 +22,7 @@ from seqvae.core.generation import Decoding, Generation, Predictor
 from seqvae.core.isobn import IsoBN
 from seqvae.core.losses import KLPenalty, Regularizer, StandardKL, gaussian_kl
 from seqvae.core.metrics import EvalMetrics, sample_posterior
-from seqvae.core.networks import Init, LSTMDecoder, Pooling, make_encoder, pretrained_encoder
+from seqvae.core.networks import Init, LSTMDecoder, Pooling, encoder_optimizer, make_encoder, pretrained_encoder
 from seqvae.core.schedules import KLSchedule, LinearKLWarmup
 from seqvae.core.transformer import TransformerEncoder
 from seqvae.errors import ConfigError
@@ -184,11 +184,8 @@ class SeqVAE(pl.LightningModule):
 
     # ---------------------------------------------------------------- training
     def configure_optimizers(self):
-        lr, opts = self.hparams.lr, [torch.optim.SGD(self.decoder.parameters(), lr=self.hparams.lr)]
-        if self.encoder is not None:  # encoder first; a Transformer's settings may choose its optimiser
-            make = getattr(self.encoder, "make_optimizer", lambda lr: torch.optim.SGD(self.encoder.parameters(), lr=lr))
-            opts.insert(0, make(lr))
-        return opts
+        decoder = torch.optim.SGD(self.decoder.parameters(), lr=self.hparams.lr)
+        return [decoder] if self.encoder is None else [encoder_optimizer(self.encoder, self.hparams.lr), decoder]
 
     def configure_callbacks(self):
         have = {type(c) for c in self.trainer.callbacks}  # fit's own test: already attached

@@ -71,6 +71,12 @@ class LSTMEncoder(nn.Module):
         return gaussian_posterior(self, self.features(tokens, lengths))
 
 
+def encoder_optimizer(encoder: nn.Module, lr: float) -> torch.optim.Optimizer:
+    """He et al.'s SGD at model.lr, unless the encoder chooses its own (`TransformerNet.make_optimizer`)."""
+    make = getattr(encoder, "make_optimizer", None)
+    return make(lr) if make is not None else torch.optim.SGD(encoder.parameters(), lr=lr)
+
+
 def make_encoder(encoder, feature_norm, h) -> tuple[nn.Module | None, int]:
     """The encoder of SeqVAE's hyper-parameters `h` and its feature size: `encoder.build(...)`
     when a strategy is chosen (`model.encoder`, e.g. the Transformer), else the LSTM of
