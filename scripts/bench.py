@@ -310,6 +310,14 @@ def allocator_main(args) -> None:
         print(f"{setting:<20} max RSS {r['memory']['max_rss_mib']:.0f} MiB{note}")
 
 
+def peak_child(spec: dict) -> dict:
+    """The GEMM peak of `spec["shapes"]` in fp32 (and bf16 on a GPU that has it), with its printed lines."""
+    device, lines = torch.device(spec["device"]), []
+    dtypes = [torch.float32] + ([torch.bfloat16] if device.type == "cuda" and torch.cuda.is_bf16_supported() else [])
+    peaks = {str(d).split(".")[1]: measure_peak(spec["shapes"], d, device, lines.append) for d in dtypes}
+    return {"peaks": peaks, "lines": lines}
+
+
 def run_child(spec: dict, threads: int | None) -> dict:
     """`measure(spec)` in a fresh interpreter (its own peak RSS)."""
     cmd = [sys.executable, __file__, "--child", json.dumps(spec)] + (["--threads", str(threads)] if threads else [])
@@ -344,6 +352,8 @@ def main():
         torch.set_num_threads(args.threads)
     warnings.filterwarnings("ignore")
     logging.getLogger("pytorch_lightning").setLevel(logging.ERROR)  # no "GPU available: …" banner
+    if args.child and spec["part"] == "peak":
+        return print("RESULT " + json.dumps(peak_child(spec)))
     if args.child:
         r = allocator_bench(spec) if spec["part"] == "allocator" else measure(spec)
         r.update(applied=applied, memory=memory(torch.device("cpu")) if spec["part"] == "allocator" else r["memory"])
@@ -368,12 +378,14 @@ def main():
         profile(cfg, [{k: v.to(device) for k, v in b.items()} for b in batches], device, args.bf16, min(args.iw_samples, 165))
         return
 
-    # ---- GEMM peak: the best of several shapes, the configs' own among them (best of reps each)
-    dtypes = [torch.float32] + ([torch.bfloat16] if device.type == "cuda" and torch.cuda.is_bf16_supported() else [])
-    iw_docs = {name: (QUICK if args.quick else FULL)[name][2] for name in CONFIGS}
-    shapes = peak_shapes(CONFIGS, BATCH, iw_docs, device)
+    # ---- GEMM peak: the best of several shapes, the configs' own among them (best of reps each),
+    # in a child too: its freed GEMM operands would stay in this process's heap (reuse_freed_memory)
+    # and every later child's ru_maxrss starts from the RSS it was forked at.
+    shapes = peak_shapes(CONFIGS, BATCH, {name: (QUICK if args.quick else FULL)[name][2] for name in CONFIGS}, device)
     res["gemm_shapes"] = {name: list(mkn) for name, mkn in shapes.items()}
-    peaks = {str(dtype).split(".")[1]: measure_peak(shapes, dtype, device) for dtype in dtypes}
+    done = run_child({"part": "peak", "device": args.device, "shapes": res["gemm_shapes"]}, args.threads)
+    print("\n".join(done["lines"]))
+    peaks = done["peaks"]
     res["gemm_gflops"] = {f"{kind} {name}": rate for kind, p in peaks.items() for name, rate in p["gflops"].items()}
     kind = "bfloat16" if args.bf16 and "bfloat16" in peaks else "float32"
     res["peak"] = {"dtype": kind, **{k: v for k, v in peaks[kind].items() if k != "gflops"}}

@@ -76,7 +76,7 @@ def measure_peak(shapes: dict, dtype, device, report=print) -> dict:
         rates[name] = gemm_gflops(m, k, n, dtype, device, 3 if m * n > 2**22 else 10)
         report(f"GEMM {kind} {name:<42} {m:>6}x{k}x{n:<6} {rates[name]:8.1f} GFLOP/s")
     best = max(rates, key=rates.get)
-    report(f"peak ({kind}): {rates[best]:.1f} GFLOP/s, the best of {len(rates)} shapes, set by {best} {shapes[best]}")
+    report(f"peak ({kind}): {rates[best]:.1f} GFLOP/s, the best of {len(rates)} shapes, set by {best} {tuple(shapes[best])}")
     return {"gflops": rates, "peak_gflops": rates[best], "peak_shape": best, "peak_mkn": list(shapes[best])}
 
 
