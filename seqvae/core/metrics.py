@@ -166,11 +166,15 @@ def mutual_information(
     return mi
 
 
+def mean_variance(mu_sum: torch.Tensor, mu_sq_sum: torch.Tensor, n: int) -> torch.Tensor:
+    """Var_x(E_q[z_d]) per dimension (divisor N-1, as He et al.'s calc_au), from float64 sums."""
+    return (mu_sq_sum - mu_sum**2 / n) / (n - 1)
+
+
 def active_units(mu_sum: torch.Tensor, mu_sq_sum: torch.Tensor, n: int, threshold: float = 0.01) -> torch.Tensor:
     """Number of dimensions whose posterior mean varies over the data: Var_x(E_q[z_d]) (divisor
     N-1) ≥ threshold, from float64 sums so that the set can be fed in any chunks."""
-    var = (mu_sq_sum - mu_sum**2 / n) / (n - 1)
-    return (var >= threshold).sum()
+    return (mean_variance(mu_sum, mu_sq_sum, n) >= threshold).sum()
 
 
 def pairwise_cosine_from_sum(unit_sum: torch.Tensor, n: int) -> torch.Tensor:
@@ -353,7 +357,7 @@ class EvalMetrics(Metric):
         Call before reset()."""
         with self.sync_context(dist_sync_fn=self.dist_sync_fn, should_sync=self._to_sync, should_unsync=self._should_unsync):
             n = int(self.n)
-            var = (self.mu_sq_sum - self.mu_sum**2 / n) / (n - 1) if n > 1 else torch.full_like(self.mu_sum, float("nan"))
+            var = mean_variance(self.mu_sum, self.mu_sq_sum, n) if n > 1 else torch.full_like(self.mu_sum, float("nan"))
             return {"var_mu": var.cpu(), "kl": (self.kl_dim_sum / max(n, 1)).cpu()}
 
     def per_text_rows(self) -> dict[str, torch.Tensor]:
