@@ -205,11 +205,12 @@ def main(argv=None) -> int:
             case = replay_case(name, settings, ref, v, batches)
             seq_model, seq = pin_seqvae.train(case)
             fx, r = pin_table.training_case(case, ref, seq, seq_model)
-            if name == "aggressive":
-                stepped, _ = pin_seqvae.train(dict(case, clip="stepped"))
-                r += pin_table.deviation_rows("aggressive: clip 'stepped' (seqvae default) vs joint", stepped, ref)
             if name == "train":
                 trained = seq_model
+                loose, _ = pin_seqvae.train(dict(case, frozen_decoder_rows=[]))
+                r += pin_table.padding_idx_rows(loose, ref, v)
+                plain, plain_rec = pin_seqvae.train(dict(case, seqvae_options={"fused_output": False}))
+                r += pin_table.fused_rows(plain, plain_rec, seq, ref)
         fixtures[name], rows = fx, rows + r
         print(f"# case {name}: reference {ref['seconds']} s", file=sys.stderr)
     ev, r = pin_table.eval_case(pin_seqvae.eval_model(v, EVAL_SEED), batches, v, work, run_child, files, EVAL_SEED)
