@@ -101,23 +101,6 @@ def digest(state: dict, samples: int = 64) -> dict:
     return out
 
 
-def digest_difference(ours: dict, theirs: dict) -> dict:
-    """Per tensor, the largest |difference| of the sampled elements, and of sum/proj relative to
-    their scale ‖x‖·√n (which bounds both)."""
-    rows = {}
-    for name, d in theirs.items():
-        o = ours[name]
-        scale = max((d["sumsq"] * d["numel"]) ** 0.5, 1e-30)
-        n = len(d["index"])
-        rows[name] = {
-            "max_abs_sampled": max(abs(a - b) for a, b in zip(o["values"], d["values"])) if n else 0.0,
-            "sum_rel": abs(o["sum"] - d["sum"]) / scale,
-            "proj_rel": abs(o["proj"] - d["proj"]) / scale,
-            "sumsq_rel": abs(o["sumsq"] - d["sumsq"]) / max(d["sumsq"], 1e-30),
-        }
-    return rows
-
-
 # ---------------------------------------------------------------- training replay
 def batch_dict(tokens) -> dict:
     t = torch.as_tensor(tokens, dtype=torch.long)

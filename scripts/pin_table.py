@@ -3,8 +3,6 @@ max rel) and fixture (the inputs and the references' numbers, no code), and the 
 
 from __future__ import annotations
 
-import math
-
 import pin_seqvae
 import torch
 
@@ -241,6 +239,3 @@ def render(rows: list, provenance: dict) -> str:
     lines += [f"| {a} | {b} | {c} |" for a, b, c in DEVIATIONS]
     return "\n".join(lines)
 
-
-def close(a: float, b: float, rel: float) -> bool:
-    return abs(a - b) <= rel * max(abs(a), abs(b), 1e-30) or (math.isnan(a) and math.isnan(b))

@@ -133,9 +133,9 @@ def install(mod, obs: Observer) -> None:
     mod.optim = argparse.Namespace(SGD=PinSGD, Adam=torch.optim.Adam)
     if hasattr(mod, "calc_mi"):
         original_mi = mod.calc_mi
-        rule_line = next(
-            i + 1 for i, ln in enumerate(Path(mod.__file__).read_text().splitlines()) if "cur_mi = calc_mi(" in ln
-        ) if "cur_mi = calc_mi(" in Path(mod.__file__).read_text() else None
+        source = Path(mod.__file__).read_text().splitlines()
+        # He et al.'s aggressive rule calls calc_mi on this line (`cur_mi = calc_mi(vae, val_data_batch)`); Li et al.'s script has none
+        rule_line = next((i + 1 for i, ln in enumerate(source) if "cur_mi = calc_mi(" in ln), None)
 
         def calc_mi(model, data):
             value = original_mi(model, data)
