@@ -273,59 +273,60 @@ def noise_streams(seed: int, size: int) -> dict:
     return {s: FlatNoise(seed * 10 + i, size) for i, s in enumerate(NOISE_STREAMS)}
 
 
+@contextlib.contextmanager
+def _shared_noise(pick):
+    """seqvae's `sample_posterior` (as evaluation and the MI estimator call it) answered from the
+    `FlatNoise` stream `pick(generator)` returns, for the duration of the block."""
+    import seqvae.core.evaluation as evaluation
+    import seqvae.core.metrics as metrics
+
+    def shared(mu, logvar, k, generator=None):
+        eps = pick(generator).take((mu.size(0), k, mu.size(1)), mu.dtype)
+        return mu.unsqueeze(1) + (0.5 * logvar).exp().unsqueeze(1) * eps
+
+    originals = evaluation.sample_posterior, metrics.sample_posterior
+    evaluation.sample_posterior = metrics.sample_posterior = shared
+    try:
+        yield
+    finally:
+        evaluation.sample_posterior, metrics.sample_posterior = originals
+
+
+def _stream_size(model, batches: list) -> int:
+    """Values per stream: enough for K = 500 importance samples of every text (the references' K)."""
+    return sum(len(b) for b in batches) * 500 * model.hparams.latent_dim
+
+
 def evaluate(model, batches: list, iw_samples: int, seed: int) -> dict:
     """seqvae's evaluation path (`evaluate_batch` into `EvalMetrics`) on the reference's test
     batches in their order, its three noise generators answered from the shared `FlatNoise`
     streams; returns the metrics and the per-dimension variance of the posterior means."""
-    import seqvae.core.evaluation as evaluation
-    import seqvae.core.metrics as metrics
-    from seqvae.core.evaluation import EvalNoise
-    from seqvae.core.metrics import EvalMetrics
+    from seqvae.core import metrics
+    from seqvae.core.evaluation import EvalNoise, evaluate_batch
 
     model.eval()
-    size = sum(len(b) for b in batches) * max(iw_samples, 1) * model.hparams.latent_dim
-    streams = noise_streams(seed, size)
+    streams = noise_streams(seed, _stream_size(model, batches))
     model._noise = EvalNoise(0, torch.device("cpu"), model.hparams.latent_dim)
-    which = {id(model._noise.rec): "rec", id(model._noise.iw): "iw", id(model._noise.mi): "mi"}
-    originals = evaluation.sample_posterior, metrics.sample_posterior
-
-    def shared(mu, logvar, k, generator=None):
-        eps = streams[which[id(generator)]].take((mu.size(0), k, mu.size(1)), mu.dtype)
-        return mu.unsqueeze(1) + (0.5 * logvar).exp().unsqueeze(1) * eps
-
-    m = EvalMetrics(model.hparams.latent_dim, model.encoder.feature_dim, False, seed=0)
-    evaluation.sample_posterior = metrics.sample_posterior = shared
-    try:
-        with torch.no_grad():
-            for b in batches:
-                evaluation.evaluate_batch(model, batch_dict(b), m, iw_samples)
-            var = metrics.mean_variance(m.mu_sum, m.mu_sq_sum, int(m.n))
-            out = {k: float(v) for k, v in m.compute().items()}
-    finally:
-        evaluation.sample_posterior, metrics.sample_posterior = originals
-    out["au_var"] = var.tolist()
+    which = {id(getattr(model._noise, s)): streams[s] for s in NOISE_STREAMS}
+    m = metrics.EvalMetrics(model.hparams.latent_dim, model.encoder.feature_dim, False, seed=0)
+    with _shared_noise(lambda generator: which[id(generator)]), torch.no_grad():
+        for b in batches:
+            evaluate_batch(model, batch_dict(b), m, iw_samples)
+    out = {k: float(v) for k, v in m.compute().items()}
+    out["au_var"] = metrics.mean_variance(m.mu_sum, m.mu_sq_sum, int(m.n)).tolist()
     return out
 
 
 def mi_dataset(model, batches: list, seed: int) -> float:
     """seqvae's MI estimator (`mutual_information`) with the whole set as the pool and one z per
     posterior, as Li et al.'s calc_mi; ε from the shared MI stream."""
-    import seqvae.core.metrics as metrics
+    from seqvae.core import metrics
 
     model.eval()
     with torch.no_grad():
         posts = [model.encoder(batch_dict(b)["tokens"], batch_dict(b)["lengths"])[:2] for b in batches]
     mu = torch.cat([p[0] for p in posts]).double()
     logvar = torch.cat([p[1] for p in posts]).double()
-    size = sum(len(b) for b in batches) * 500 * model.hparams.latent_dim
-    stream = noise_streams(seed, size)["mi"]
-    original = metrics.sample_posterior
-
-    def shared(mu, logvar, k, generator=None):
-        return mu.unsqueeze(1) + (0.5 * logvar).exp().unsqueeze(1) * stream.take((mu.size(0), k, mu.size(1)), mu.dtype)
-
-    metrics.sample_posterior = shared
-    try:
+    stream = noise_streams(seed, _stream_size(model, batches))["mi"]
+    with _shared_noise(lambda generator: stream):
         return float(metrics.mutual_information(mu, logvar, None, samples=1))
-    finally:
-        metrics.sample_posterior = original

@@ -572,11 +572,12 @@ def main(argv: list[str] | None = None) -> int:
         e = sub.add_parser(name, help=help_)
         e.add_argument("--out", required=True, help="the run's out dir (with its config.json)")
     sub.add_parser("pin", help="step-for-step pins against He et al.'s and Li et al.'s code (reference_pin.py)", add_help=False)
-    if (argv if argv is not None else sys.argv[1:])[:1] == ["pin"]:
+    given = argv if argv is not None else sys.argv[1:]
+    if given[:1] == ["pin"]:  # its own options (reference_pin.py); argparse here would refuse them
         sys.path.insert(0, str(Path(__file__).resolve().parent))
         import reference_pin
 
-        return reference_pin.main((argv if argv is not None else sys.argv[1:])[1:])
+        return reference_pin.main(given[1:])
     a = ap.parse_args(argv)
     a.argv = argv
     return {"yahoo10k": run_yahoo10k, "compare": run_compare, "collect": run_collect, "eval": run_eval}[a.cmd](a)
