@@ -7,8 +7,8 @@ best of the square 2048³ and 4096³ GEMMs and of each config's own GEMMs (rows 
 - output layer, training: the batch's B·(T−1) predicted tokens × H by H × V, and the fused path's
   chunk of `fused_ce.chunk_rows(V)` rows;
 - output layer, IW-NLL: the rows of one IW decoder call (n_docs · samples per call · (T−1), the
-  plain path's one GEMM) and the fused path's forward-only chunk of `chunk_rows(V)` rows (when
-  smaller);
+  plain path's one GEMM) and the fused path's forward-only chunk of
+  `chunk_rows(V, min_rows=EVAL_MIN_ROWS)` rows (when smaller);
 - decoder LSTM step: B × (E+Z+H) by (E+Z+H) × 4H (input [emb; z] and h against the four gates'
   weights), for the training batch and for one IW decoder call's B·samples sequences.
 
@@ -24,7 +24,7 @@ import time
 import torch
 
 from seqvae.core.evaluation import iw_chunk
-from seqvae.core.fused_ce import chunk_rows
+from seqvae.core.fused_ce import EVAL_MIN_ROWS, chunk_rows
 
 MEAN_T = 81  # Yahoo valid.txt: 81.1 tokens per text incl. <s> </s>
 
@@ -58,7 +58,7 @@ def peak_shapes(configs: dict, batch: int, iw_docs: dict, device, t: int = MEAN_
             "output layer, training batch": batch * (t - 1),
             "output layer, fused training chunk": chunk_rows(V),
             "output layer, IW call": samples * (t - 1),
-            "output layer, fused IW chunk": min(samples * (t - 1), chunk_rows(V)),
+            "output layer, fused IW chunk": min(samples * (t - 1), chunk_rows(V, min_rows=EVAL_MIN_ROWS)),
         }
         for what, m in rows.items():
             shapes[f"{name} {what}"] = (m, H, V)

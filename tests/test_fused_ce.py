@@ -91,6 +91,23 @@ def test_without_grad_mode_nothing_is_kept_for_a_backward(mode, monkeypatch):
     torch.testing.assert_close(got, expected, rtol=0, atol=0)
 
 
+def test_evaluation_takes_larger_chunks_than_training(monkeypatch):
+    """At V = 20k a training chunk holds 256 rows (2**22 logits would be 209), an evaluation chunk
+    800 (issue 37: faster there); at V = 5k both hold 838 (2**22 logits: larger cost memory)."""
+    g = torch.Generator().manual_seed(0)
+    h, w = torch.randn(900, 4, generator=g).requires_grad_(), torch.randn(20000, 4, generator=g)
+    targets = torch.randint(0, 20000, (900,), generator=g)
+    rows = []
+    original = fused_ce._softmax_grads
+    monkeypatch.setattr(fused_ce, "_softmax_grads", lambda *a, **k: rows.append(a[5]) or original(*a, **k))
+    trained = linear_cross_entropy(h, w, targets)
+    with torch.no_grad():
+        evaluated = linear_cross_entropy(h, w, targets)
+    assert rows == [256, 800]
+    torch.testing.assert_close(evaluated, trained.detach(), **TOL)
+    assert (fused_ce.chunk_rows(5000), fused_ce.chunk_rows(5000, min_rows=fused_ce.EVAL_MIN_ROWS)) == (838, 838)
+
+
 def test_bf16_autocast_is_close_to_fp32():
     h, w, bias, targets, index = inputs()
     expected = plain(h, w, targets, bias, index)

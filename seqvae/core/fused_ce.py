@@ -20,11 +20,15 @@ import torch
 
 # Logits per chunk: 16 MiB of fp32 (the plain path's are 50-200 MB). At least 256 rows: a GEMM
 # repacks all of W per chunk, and at V = 20k fewer rows cost more in packing than they compute.
-CHUNK_ELEMENTS, MIN_ROWS = 2**22, 256
+# Without gradients (evaluation) at least 800 rows: at V = 20k, 256-row chunks made IW-NLL 6%
+# (one thread) / 12% (two) slower than 838-row ones, while at V = 5k larger chunks bought no speed
+# and cost peak RSS in `seqvae test` (2**24 logits: +0.4 GB; 1024 rows: +0.14 GB; issue 37,
+# docs/performance.md). So only the floor rises, and below V = 5,243 nothing changes.
+CHUNK_ELEMENTS, MIN_ROWS, EVAL_MIN_ROWS = 2**22, 256, 800
 
 
-def chunk_rows(vocab_size: int, elements: int = CHUNK_ELEMENTS) -> int:
-    return max(MIN_ROWS, elements // vocab_size)
+def chunk_rows(vocab_size: int, elements: int = CHUNK_ELEMENTS, min_rows: int = MIN_ROWS) -> int:
+    return max(min_rows, elements // vocab_size)
 
 
 def _wide(dtype: torch.dtype) -> torch.dtype:
@@ -122,13 +126,14 @@ def linear_cross_entropy(
 
     h (N, H) states; weight (V, H); targets (N,) ids; bias (S, V) or None, e.g. SkipVAE's z term
     (one row per sequence); bias_index (N,) the bias row of each row of h. `rows`: rows per chunk
-    (default `chunk_rows(V)`). Without grad mode (evaluation, IW-NLL under inference mode) no
-    gradient is computed and nothing is kept for a backward."""
-    rows = rows or chunk_rows(weight.size(0))
+    (default `chunk_rows(V)`, without gradients `chunk_rows(V, min_rows=EVAL_MIN_ROWS)`). Without grad
+    mode (evaluation, IW-NLL under inference mode) no gradient is computed and nothing is kept for a
+    backward."""
     if bias is not None and bias_index is None:
         raise ValueError("a bias needs its bias_index (the bias row of each row of h)")
     if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (h, weight, bias)):
-        return LinearCrossEntropy.apply(h, weight, bias, bias_index, targets, rows)
+        return LinearCrossEntropy.apply(h, weight, bias, bias_index, targets, rows or chunk_rows(weight.size(0)))
+    rows = rows or chunk_rows(weight.size(0), min_rows=EVAL_MIN_ROWS)
     dtype = _compute_dtype(h)
     with torch.autocast(h.device.type, enabled=False):
         return _softmax_grads(h, weight, bias, bias_index, targets, rows, dtype)
