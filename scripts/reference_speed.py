@@ -27,8 +27,9 @@ to Yahoo's mean length), ``iw`` (one text, K = 500, after one warm-up decoder ca
 only, ``inner`` (the aggressive inner encoder step: the reference computes every gradient and clips
 all parameters, seqvae freezes the decoder's weights; bench.py's ``module_step``). Each variant
 builds its own initial weights (each code's own initialiser): the work per step does not depend on
-the values. Printed: per variant the median seconds over rounds, peak RSS, and the median (min-max)
-over rounds of reference ÷ variant time, i.e. how many times faster than the reference it is.
+the values. Printed: per variant the median seconds over rounds, each round's peak RSS, and the
+median (min-max) over rounds of reference ÷ variant time, i.e. how many times faster than the
+reference it is.
 """
 
 from __future__ import annotations
@@ -194,7 +195,7 @@ def main(argv: list[str] | None = None) -> int:
                                 "data": str(a.data), "he_work": str(Path(tmp) / "he")}  # fmt: skip
                         out = run_child(spec, a.threads)
                         times[n].append(out["seconds"])
-                        rss[n] = max(rss.get(n, 0.0), out["max_rss_mib"])
+                        rss.setdefault(n, []).append(out["max_rss_mib"])
                 unit = "s/text" if part == "iw" else "s/step"
                 print(f"\n[{config}] {part} ({unit}; ratio = reference time / variant time, median (min-max) of rounds)")
                 rows = {}
@@ -203,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
                     rows[n] = {"seconds": times[n], "median_s": statistics.median(times[n]), "max_rss_mib": rss[n],
                                "speed_vs_reference": statistics.median(ratios), "ratio_range": [min(ratios), max(ratios)]}  # fmt: skip
                     print(f"  {n:<24}{rows[n]['median_s']:9.4f} {unit}  {rows[n]['speed_vs_reference']:5.2f}x "
-                          f"({min(ratios):.2f}-{max(ratios):.2f})  peak RSS {rss[n]:6.0f} MiB")  # fmt: skip
+                          f"({min(ratios):.2f}-{max(ratios):.2f})  peak RSS {'/'.join(f'{m:.0f}' for m in rss[n])} MiB")  # fmt: skip
                 res["parts"][f"{config} {part}"] = rows
                 if a.json:  # after every part: a run cut short keeps what it measured
                     a.json.write_text(json.dumps(res, indent=2) + "\n")
