@@ -17,7 +17,8 @@ import sys
 import warnings
 from pathlib import Path
 
-from jsonargparse import ArgumentError, lazy_instance
+from jsonargparse import ArgumentError, lazy_instance, set_parsing_settings
+from omegaconf.errors import OmegaConfBaseException
 from pytorch_lightning.cli import LightningCLI
 from pytorch_lightning.loggers import TensorBoardLogger
 
@@ -40,11 +41,15 @@ from seqvae.training.log_lines import EpochLine, TestProgress
 
 class SeqVAECLI(LightningCLI):
     def __init__(self, args=None, run=True):
+        # omegaconf+: `${model.hidden_dim}` resolves after every --config file and option is merged, so an
+        # overlay file may refer to a key another file (or the command line) sets; paths stay as written
+        # from a config file's own top (`model.…`, not `fit.model.…`).
+        set_parsing_settings(omegaconf_absolute_to_relative_paths=True)
         super().__init__(
             SeqVAE,
             TextDataModule,
             save_config_callback=RunDirConfig,
-            parser_kwargs={"parser_mode": "omegaconf", "exit_on_error": False, "allow_abbrev": False},
+            parser_kwargs={"parser_mode": "omegaconf+", "exit_on_error": False, "allow_abbrev": False},
             seed_everything_default=1,
             args=args,
             run=run,
@@ -338,6 +343,14 @@ class _ParseOnly(SeqVAECLI):
         raise _Parsed
 
 
+def interpolation_error(err: OmegaConfBaseException, argv: list[str]) -> str:
+    """An ${…} interpolation that does not resolve, in one line naming the key and its --config file."""
+    key = re.sub(r"^(fit|validate|test|predict)\.", "", str(getattr(err, "full_key", "") or ""))
+    detail = re.sub(r"'(fit|validate|test|predict)\.", "'", str(err).splitlines()[0])
+    written_in = file_setting(argv, key) if key else None
+    return f"{key or 'config'}: {detail}" + (f" (in --config {written_in})" if written_in else "")
+
+
 def parse_only(fit_args: list[str]) -> str | None:
     """`seqvae fit` arguments parsed as the CLI parses them (config files, unknown keys, wrong
     types and choices, out-of-range numbers) without building the model or reading data: the
@@ -351,6 +364,8 @@ def parse_only(fit_args: list[str]) -> str | None:
         return None
     except (CorpusError, ArgumentError, ConfigError) as err:
         return " ".join(str(err).split())
+    except OmegaConfBaseException as err:
+        return interpolation_error(err, fit_args)
     return None
 
 
@@ -358,13 +373,17 @@ def run_lightning(argv: list[str] | None = None) -> None:
     """fit/validate/test/predict (`seqvae.commands.main` sends everything else elsewhere)."""
     reuse_freed_memory()  # a third less CPU time per training step on glibc (seqvae/allocator.py)
     quiet_known_noise()
+    given = list(argv) if argv is not None else sys.argv[1:]
     try:
-        check_config_files(list(argv) if argv is not None else sys.argv[1:])
+        check_config_files(given)
         SeqVAECLI(args=argv)
+    except OmegaConfBaseException as err:
+        print(f"seqvae: error: {interpolation_error(err, given)}", file=sys.stderr)
+        sys.exit(2)
     except (CorpusError, ArgumentError, ConfigError, NonFiniteError) as err:
         message = " ".join(str(err).split())  # one line, whatever jsonargparse nested
         unknown = re.search(r"does not accept option '([\w.]+)'", message)
-        written_in = file_setting(list(argv) if argv is not None else sys.argv[1:], unknown[1]) if unknown else None
+        written_in = file_setting(given, unknown[1]) if unknown else None
         if written_in is not None:  # jsonargparse names the key, not the file that holds it
             message += f" (in --config {written_in})"
         print(f"seqvae: error: {message}", file=sys.stderr)
