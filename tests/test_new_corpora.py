@@ -152,6 +152,23 @@ def test_label_like_first_tokens_are_warned_about_when_labels_are_off(tmp_path):
     assert "first tokens take 60 values" in hint and "--data.label_column false" in hint
 
 
+def test_first_token_lines_without_their_label_are_warned_about(tmp_path):
+    path = tmp_path / "ft.txt"
+    lines = [f"__label__{'pos' if i % 2 else 'neg'} w{i} and more" for i in range(40)]
+    lines[7], lines[30] = "The w7 lost its label", "God w30 too"  # file lines 8 and 31
+    path.write_text("\n".join(lines) + "\n")
+    hint = label_column_hint(read_corpus(path, label_column="first_token"), "first_token")
+    assert hint == (
+        f"{path}: data.label_column is first_token but 2 label(s) occur on one line only, where the others occur on "
+        "up to 19: 'The' (line 8), 'God' (line 31); a line without its label has its first word read as one (and the "
+        "word taken from its text)"
+    )
+    path.write_text("\n".join(f"{i % 3} w{i} text" for i in range(40)) + "\n")  # every label on many lines
+    assert label_column_hint(read_corpus(path, label_column="first_token"), "first_token") is None
+    path.write_text("\n".join(f"{i} w{i} text" for i in range(9)) + "\n")  # too few lines to tell: no warning
+    assert label_column_hint(read_corpus(path, label_column="first_token"), "first_token") is None
+
+
 def test_fit_on_a_space_labelled_corpus_then_test_reads_text_as_the_checkpoint_did(tmp_path, capsys):
     path = tmp_path / "yelp.txt"
     lines = numbered_corpus(path, 40)

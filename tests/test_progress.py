@@ -31,7 +31,10 @@ def run(monkeypatch, capsys, lengths, seconds_of, k=None, batch_size=2, **kwargs
         now[0] += seconds_of(batch["tokens"])
         ends.append(now[0])
         progress.on_test_batch_end(trainer, module, None, batch, i)
-    return capsys.readouterr().err.splitlines(), ends
+    header, *lines = capsys.readouterr().err.splitlines()
+    iw = f"IW-NLL with K = {k} importance samples per text" if k else "no IW-NLL (model.test_iw_samples 0)"
+    assert header == f"seqvae: test: {len(lengths)} texts, {iw}"  # said before any work, whatever the quiet time
+    return lines, ends
 
 
 def parse(line: str) -> tuple[int, float, float]:

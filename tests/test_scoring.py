@@ -363,7 +363,9 @@ def progress_lines(monkeypatch, capsys, lengths, batching, batch_size, quiet_sec
     for i, batch in enumerate(loader):
         now[0] += 100.0
         progress.on_test_batch_end(trainer, None, None, batch, i)
-    return capsys.readouterr().err.splitlines()
+    header, *lines = capsys.readouterr().err.splitlines()
+    assert header == f"seqvae: test: {len(lengths)} texts, no IW-NLL (model.test_iw_samples 0)"  # no model: K 0
+    return lines
 
 
 @pytest.mark.parametrize("batching", ["bucket", "padded"])

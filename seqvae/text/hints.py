@@ -42,6 +42,23 @@ def _looks_labelled(corpus: Corpus) -> str | None:
 MAX_LABELS = 50  # more distinct "labels" than this are words, not classes
 
 
+def _lone_labels(corpus: Corpus) -> str | None:
+    """`first_token` labels: the labels that occur on one line only, in a file whose commonest label
+    occurs on 10 or more: most likely lines without their label, whose first word became one."""
+    counts = Counter(corpus.labels)
+    if not counts or max(counts.values()) < 10:
+        return None
+    lone = [(line, label) for label, line in zip(corpus.labels, corpus.line_numbers) if counts[label] == 1]
+    if not lone:
+        return None
+    shown = ", ".join(f"{label!r} (line {line})" for line, label in lone[:3]) + (", …" if len(lone) > 3 else "")
+    return (
+        f"{corpus.path}: data.label_column is first_token but {len(lone)} label(s) occur on one line only, where "
+        f"the others occur on up to {max(counts.values())}: {shown}; a line without its label has its first word "
+        "read as one (and the word taken from its text)"
+    )
+
+
 def label_column_hint(corpus: Corpus, label_column) -> str | None:
     """A one-line warning when `data.label_column` looks wrong for this file, or for some of its
     lines: it is off but lines start with `label<TAB>` or with a label-like first token (the
@@ -68,7 +85,7 @@ def label_column_hint(corpus: Corpus, label_column) -> str | None:
     if labels == "first_token":
         distinct = len(set(corpus.labels))
         if distinct <= MAX_LABELS:
-            return None
+            return _lone_labels(corpus)
         return (
             f"{path}: data.label_column is first_token but the first tokens take {distinct} values (more than "
             f"{MAX_LABELS}: words, not class labels): each text loses its first word; if the file has no labels, "

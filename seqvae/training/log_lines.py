@@ -118,6 +118,10 @@ class TestProgress(Callback):
         self._total_texts = sum(len(b) for b in batches)
         self._done = self._texts = 0
         self._start, self._next, self._last = time.monotonic(), 0.1, None
+        if trainer.is_global_zero and self._total_texts:  # K is an evaluation setting, not the run's: say which
+            k = self._passes - 1
+            iw = f"IW-NLL with K = {k} importance samples per text" if k else "no IW-NLL (model.test_iw_samples 0)"
+            print(f"seqvae: test: {self._total_texts} texts, {iw}", file=sys.stderr)
 
     def on_test_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0):
         if not self._total or not trainer.is_global_zero:
