@@ -382,9 +382,12 @@ def run_lightning(argv: list[str] | None = None) -> None:
         sys.exit(2)
     except (CorpusError, ArgumentError, ConfigError, NonFiniteError) as err:
         message = " ".join(str(err).split())  # one line, whatever jsonargparse nested
-        unknown = re.search(r"does not accept option '([\w.]+)'", message)
-        written_in = file_setting(given, unknown[1]) if unknown else None
-        if written_in is not None:  # jsonargparse names the key, not the file that holds it
+        # The messages name the key, not the --config file that set it (unknown key, wrong type, out of range):
+        # add the file, unless the command line set the key too (its value is the one refused).
+        found = re.search(r"does not accept option '([\w.]+)'|^Parser key \"([\w.]+)\"|^((?:model|data|trainer)\.[\w.]+):", message)
+        key = next((k for k in found.groups() if k), None) if found else None
+        written_in = file_setting(given, key) if key else None
+        if written_in is not None and not any(a == f"--{key}" or a.startswith(f"--{key}=") for a in given):
             message += f" (in --config {written_in})"
         print(f"seqvae: error: {message}", file=sys.stderr)
         sys.exit(2)

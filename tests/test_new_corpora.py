@@ -17,6 +17,8 @@ from test_scoring import TINY, run
 from seqvae.config_sources import data_sources, resolve, settle_splits
 from seqvae.errors import ConfigError, CorpusError
 
+DEMO = str(Path(__file__).resolve().parents[1] / "configs" / "demo.yaml")
+
 
 def numbered_corpus(path: Path, n: int, label: str | None = None, sep: str = " ") -> list[str]:
     """Lines `w{i} common words …` (line i's first word is unique: which lines were read shows)."""
@@ -227,6 +229,19 @@ def test_an_unknown_key_in_a_config_file_names_the_file(tmp_path, capsys):
     bad = write_yaml(tmp_path / "bad.yaml", "data:\n  trian: x.txt\n")
     status, err = run(["fit", "--config", bad], capsys)
     assert status == 2 and f"'data.trian' (in --config {bad})" in err.strip().splitlines()[-1], err
+
+
+def test_a_wrong_type_or_range_in_an_overlay_names_the_file_unless_the_command_line_set_it(tmp_path, capsys):
+    wrong = write_yaml(tmp_path / "wrong.yaml", "model:\n  latent_dim: four\n")
+    status, err = run(["fit", "--config", DEMO, "--config", wrong], capsys)
+    last = err.strip().splitlines()[-1]
+    assert status == 2 and last.startswith('seqvae: error: Parser key "model.latent_dim"'), err
+    assert last.endswith(f"(in --config {wrong})")
+    low = write_yaml(tmp_path / "low.yaml", "model:\n  lr: -1.0\n")
+    status, err = run(["fit", "--config", DEMO, "--config", low], capsys)
+    assert status == 2 and err.strip().splitlines()[-1] == f"seqvae: error: model.lr: must be > 0, got -1.0 (in --config {low})"
+    status, err = run(["fit", "--config", DEMO, "--config", low, "--model.lr=-2"], capsys)  # the refused value is this one
+    assert status == 2 and err.strip().splitlines()[-1] == "seqvae: error: model.lr: must be > 0, got -2.0"
 
 
 def test_predict_in_mode_sample_reads_no_text(tmp_path, capsys):
