@@ -154,6 +154,18 @@ def test_encoder_init_path_of_each_seed_does_not_split_the_group(tmp_path, capsy
     assert row["n"] == 2 and row["iw_nll"]["mean"] == 101.5
 
 
+def test_two_runs_of_one_config_and_seed_are_named_in_a_note(runs, capsys):
+    twin = runs / "yahoo" / "max" / "seed1_resumed"
+    shutil.copytree(runs / "yahoo" / "max" / "seed1", twin)
+    rc, out, _ = run_compare(capsys, f"{runs}/yahoo/max/seed*", "--format", "json")
+    (row,) = json.loads(out)["rows"]
+    assert rc == 0 and row["n"] == 4
+    (note,) = [w for w in json.loads(out)["warnings"] if "runs with seed" in w]
+    assert note.startswith(f"max: 2 runs with seed 1 ({runs / 'yahoo' / 'max' / 'seed1'}, {twin}):")
+    rc, out, _ = run_compare(capsys, f"{runs}/yahoo/*/seed?", "--format", "json")  # one run per seed: no such note
+    assert not [w for w in json.loads(out)["warnings"] if "runs with seed" in w]
+
+
 def test_single_run_has_no_std(runs, capsys):
     rc, out, _ = run_compare(capsys, runs / "yahoo" / "max" / "seed2", "--format", "json")
     assert rc == 0

@@ -55,6 +55,7 @@ from seqvae.analysis.runs import (  # noqa: F401  (re-exported: compare's API)
     find_runs,
     flatten,
     load_run,
+    repeated_seed_notes,
     summarize,
     test_texts,
     test_texts_notes,
@@ -371,7 +372,8 @@ def main(argv: list[str] | None = None) -> int:
     except (CompareError, OSError) as err:
         print(f"seqvae compare: error: {err}", file=sys.stderr)
         return 2
-    notes = [*test_texts_notes(groups), *common_settings_note(groups, args.label), *filled_in_notes(groups), *bn_note(groups)]
+    notes = [*test_texts_notes(groups), *common_settings_note(groups, args.label), *filled_in_notes(groups), *bn_note(groups),
+             *repeated_seed_notes(groups)]  # fmt: skip
     commits = commit_warning([r for g in groups for r in g["runs"]])
     if commits:
         print(f"seqvae compare: warning: {commits}", file=sys.stderr)

@@ -293,3 +293,20 @@ def write_curves(run_dir: Path, out: Path) -> int:
         writer.writerow([step, *(scalars[t].get(step, "") for t in extra + val_tags)])
     atomic_write_text(out, buf.getvalue())
     return len(steps)
+
+
+def repeated_seed_notes(groups: list[dict]) -> list[str]:
+    """Runs of one config with the same seed (a copy, a resumed twin): not independent replicates."""
+    notes = []
+    for g in groups:
+        by_seed: dict = {}
+        for r in g["runs"]:
+            if r["seed"] is not None:
+                by_seed.setdefault(r["seed"], []).append(str(r["path"]))
+        for seed, paths in by_seed.items():
+            if len(paths) > 1:
+                notes.append(
+                    f"{g['label']}: {len(paths)} runs with seed {seed} ({', '.join(paths)}): one config and one seed are not "
+                    "independent replicates (a copy or a re-run?); n and the s.d. count them as separate runs: leave all but one out"
+                )
+    return notes
