@@ -203,7 +203,7 @@ def test_fit_on_a_space_labelled_corpus_then_test_reads_text_as_the_checkpoint_d
 def test_scoring_on_another_corpus_warns_about_its_unknown_rate(tmp_path, capsys):
     train, other = tmp_path / "train.txt", tmp_path / "other.txt"
     numbered_corpus(train, 30, sep="")
-    other.write_text("".join(f"zz{i} yy{i} xx{i} the cat\n" for i in range(10)))
+    other.write_text("".join(f"zz{i} yy{i} xx{i} the cat [UNK]\n" for i in range(10)))  # another unknown spelling
     common = ["--model.test_iw_samples=2", "--trainer.max_epochs=1", f"--trainer.logger.init_args.save_dir={tmp_path}", *TINY]
     status, err = run(["fit", f"--data.train={train}#1-25", f"--data.val={train}#21-25", f"--data.test={train}#21-25",
                        *common, "--trainer.logger.init_args.version=fit"], capsys)  # fmt: skip
@@ -212,7 +212,12 @@ def test_scoring_on_another_corpus_warns_about_its_unknown_rate(tmp_path, capsys
     status, err = run(["test", f"--ckpt_path={ckpt}", f"--data.test={other}", *common[:1],
                        f"--trainer.logger.init_args.save_dir={tmp_path}"], capsys)  # fmt: skip
     assert status == 0, err
-    assert "seqvae: warning: data.test: 60.00% of its tokens are unknown to the vocabulary, against 0.00% of the training" in err
+    assert "seqvae: warning: data.test: 66.67% of its tokens are unknown to the vocabulary, against 0.00% of the training" in err
+    assert (  # the checkpoint's vocabulary decides: no advice to set an option that scoring does not use
+        "seqvae: warning: data.test: the checkpoint's unknown token '<unk>' never occurs in this text, but '[UNK]' occurs "
+        "10 times: it is read as unknown, as a word outside it (the checkpoint's vocabulary decides; data.unk_token does "
+        "not apply when scoring)"
+    ) in err and "set --data.unk_token" not in err
 
 
 # ---------------------------------------------------------------- one line each

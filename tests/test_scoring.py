@@ -159,6 +159,10 @@ def test_unk_token_hint():
     assert "'<unk>' occurs 2 times" in hint and "--data.unk_token '<unk>'" in hint
     assert unk_token_hint(texts, "<unk>") is None  # the configured token occurs
     assert unk_token_hint([["a", "b"]], "_UNK") is None  # no other spelling either: nothing to say
+    # scoring a checkpoint: what the other spelling is read as, by the checkpoint's vocabulary
+    vocab = {"<unk>": 3}
+    assert "'<unk>' occurs 2 times: it is read as an ordinary word of the vocabulary" in unk_token_hint(texts, "_UNK", vocab.get)
+    assert "it is read as unknown, as a word outside it" in unk_token_hint(texts, "_UNK", {}.get)
 
 
 def test_datamodule_warns_once_about_the_unknown_token(tmp_path, capsys):

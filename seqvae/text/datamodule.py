@@ -133,7 +133,8 @@ class TextDataModule(pl.LightningDataModule):
 
     def unk_hint(self, split: str) -> None:
         """The unknown-token warning for a split read with this vocabulary's unknown token."""
-        hint = unk_token_hint(self.corpora[split].texts, self.vocab.unk_token)
+        known = self.vocab.tokenizer.token_to_id if "train" not in self.corpora else None  # scoring a checkpoint
+        hint = unk_token_hint(self.corpora[split].texts, self.vocab.unk_token, known)
         if hint is not None:
             print(f"seqvae: warning: data.{split}: {hint}", file=sys.stderr)
 

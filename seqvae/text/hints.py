@@ -10,10 +10,13 @@ from seqvae.text.corpus import Corpus, label_format
 UNK_SPELLINGS = ("<unk>", "_UNK", "UNK", "<UNK>", "[UNK]", "@@UNKNOWN@@", "<oov>", "OOV")
 
 
-def unk_token_hint(texts: list[list[str]], unk_token: str) -> str | None:
+def unk_token_hint(texts: list[list[str]], unk_token: str, known=None) -> str | None:
     """A one-line warning when the configured unknown token never occurs in the training text
     but another common spelling of it does (a corpus prepared with `<unk>` read with `_UNK`
-    would make `<unk>` an ordinary word and report an unknown rate of 0); else None."""
+    would make `<unk>` an ordinary word and report an unknown rate of 0); else None.
+    `known` (scoring a checkpoint: its vocabulary's `token_to_id`): the text is a split scored
+    with that vocabulary, whose unknown token no option changes; the line says what the other
+    spelling is read as."""
     counts = Counter(tok for text in texts for tok in text if tok in UNK_SPELLINGS or tok == unk_token)
     if counts[unk_token]:
         return None
@@ -21,6 +24,12 @@ def unk_token_hint(texts: list[list[str]], unk_token: str) -> str | None:
     if not found:
         return None
     n, word = max(found)
+    if known is not None:
+        read_as = "an ordinary word of the vocabulary" if known(word) is not None else "unknown, as a word outside it"
+        return (
+            f"the checkpoint's unknown token {unk_token!r} never occurs in this text, but {word!r} occurs {n} times: it "
+            f"is read as {read_as} (the checkpoint's vocabulary decides; data.unk_token does not apply when scoring)"
+        )
     return (
         f"data.unk_token is {unk_token!r}, which never occurs in the training text, but {word!r} occurs {n} times: "
         f"if {word!r} is this corpus's unknown token, set --data.unk_token '{word}'"
