@@ -252,7 +252,15 @@ BAD_INPUTS = {
     "yaml_syntax_error": (["--config", "{bad_yaml}"], ["--config {bad_yaml}:3:", "not valid YAML"]),
     # every line longer than max_length: the error says so, not "no non-empty lines"
     "max_length_drops_every_line": (["--data.max_length", "1"], ["data.train", "data.max_length=1", "100 longer lines"]),
+    # the language model has no z: a collapse fix given with it is refused, not recorded and dropped
+    "latent0_with_bnvae": (["--model.latent_dim", "0", "--model.bn_gamma", "0.6"], ["model.bn_gamma", "model.latent_dim 0"]),
+    "latent0_with_aggressive_and_skip": (
+        ["--model.latent_dim", "0", "--model.aggressive", "seqvae.AggressiveTraining", "--model.skip", "true"],
+        ["model.skip, model.aggressive", "model.latent_dim 0"],
+    ),
+    "latent0_with_free_bits": (["--model.latent_dim", "0", "--model.kl_penalty", "seqvae.FreeBits"], ["model.kl_penalty"]),
 }
+LATENT0_CASES = [case for case in BAD_INPUTS if case.startswith("latent0_")]
 # Whole commands (not `fit` with the base arguments).
 BAD_COMMANDS = {
     # no --config: the checkpoint is where the vocabulary would come from; its absence is the error
@@ -274,6 +282,7 @@ def build_jobs(tmp: Path, corpus: dict[str, Path]) -> Jobs:
     jobs = Jobs(specs)
     main_save = tmp / "main"
     jobs.main_run = main_save / "demo" / "version_0"
+    jobs.tmp = tmp
     resume_save = tmp / "resume"
 
     # Listed in start order: the two chains (fit -> test -> test, fit -> resumed fit) first; they
@@ -560,6 +569,14 @@ def assert_one_error_line(result: Result, expected: list[str]) -> None:
 def test_bad_input_is_one_error_line(jobs, corpus, case):
     expected = (BAD_INPUTS.get(case) or BAD_COMMANDS[case])[1]
     assert_one_error_line(jobs.result(f"bad:{case}"), [_fill(e, corpus) for e in expected])
+
+
+@needs("bad:{case}")
+@pytest.mark.parametrize("case", LATENT0_CASES)
+def test_language_model_with_a_z_option_leaves_no_run_directory(jobs, case):
+    jobs.result(f"bad:{case}")
+    save = jobs.tmp / f"bad_{case}"
+    assert not save.exists() or not any(p.is_file() for p in save.rglob("*"))
 
 
 @needs("refit_finished_run")

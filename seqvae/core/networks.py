@@ -13,6 +13,7 @@ from torch import nn
 
 from seqvae.core.features import POOLINGS, Init, Pooling, bn_vae_norm, gaussian_posterior  # noqa: F401  (Pooling: API)
 from seqvae.core.fused_ce import linear_cross_entropy
+from seqvae.core.losses import StandardKL
 from seqvae.errors import ConfigError
 from seqvae.rundir.checkpoints import load_checkpoint
 from seqvae.text.corpus import Vocabulary
@@ -85,8 +86,11 @@ def make_encoder(encoder, feature_norm, h) -> tuple[nn.Module | None, int]:
     if encoder is not None and h.encoder_hidden_dim is not None:
         raise ConfigError("model.encoder_hidden_dim: sets the LSTM encoder's size; with model.encoder, set its init_args")
     if not h.latent_dim:
-        if feature_norm is not None:
-            raise ConfigError("model.feature_norm: the language model (latent_dim 0) has no encoder features to normalise")
+        needs_z = language_model_conflicts(h, encoder, feature_norm)
+        if needs_z:
+            # Refused, not dropped: a run that kept e.g. `bn_gamma: 0.6` in its config.yaml while training the
+            # plain LM would be listed by compare as a BN-VAE row with the LM's numbers.
+            raise ConfigError(f"{', '.join(needs_z)}: need(s) a latent z, and model.latent_dim 0 is the language model (no z)")
         return None, h.encoder_hidden_dim or h.hidden_dim
     args = (h.latent_dim, h.pooling, h.bn_gamma, h.bn_eps, h.init)
     if encoder is not None:
@@ -96,6 +100,22 @@ def make_encoder(encoder, feature_norm, h) -> tuple[nn.Module | None, int]:
     if feature_norm is not None:
         net.feature_norm = feature_norm.build(net.feature_dim)
     return net, net.feature_dim
+
+
+def language_model_conflicts(h, encoder, feature_norm) -> list[str]:
+    """The options set in SeqVAE's hyper-parameters `h` that act on z or the encoder, which the language
+    model (latent_dim 0) does not have. Word dropout acts on the decoder's inputs and stays allowed."""
+    set_options = {
+        "model.bn_gamma": h.bn_gamma is not None,
+        "model.kl_penalty": h.kl_penalty is not None and type(h.kl_penalty) is not StandardKL,
+        "model.skip": bool(h.skip),
+        "model.regularizers": bool(h.regularizers),
+        "model.init_encoder_from": h.init_encoder_from is not None,
+        "model.aggressive": h.aggressive is not None,
+        "model.encoder": encoder is not None,
+        "model.feature_norm": feature_norm is not None,
+    }
+    return [name for name, is_set in set_options.items() if is_set]
 
 
 def pretrained_encoder(path: str, encoder: torch.nn.Module, vocab: Vocabulary | None = None, mmap: bool = False) -> dict:
