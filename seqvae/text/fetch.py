@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import errno
 import html
+import http.client
 import re
 import shutil
 import socket
@@ -81,8 +82,9 @@ def why(url: str, err: Exception) -> Failure:
         return Failure(f"cannot reach {host} ({cause}) for {url}", offline=True)
     if isinstance(cause, ConnectionRefusedError):
         return Failure(f"cannot connect to {host} (connection refused) for {url}")
-    if isinstance(cause, ConnectionError):
-        return Failure(f"connection to {host} broke ({cause}) for {url}")
+    cut = next((c for c in _causes(err) if isinstance(c, http.client.IncompleteRead)), None)  # fewer bytes than said
+    if isinstance(cause, ConnectionError) or cut:
+        return Failure(f"connection to {host} broke ({cut or cause}) for {url}")
     return Failure(f"cannot fetch {url}: {cause}")
 
 
