@@ -89,13 +89,22 @@ def dest(tmp_path):
 
 
 def test_a_good_mirror_is_checked_and_moved_into_place(tmp_path, capsys, monkeypatch, serve, dest):
-    server = serve({"/yahoo-answer-100k.tar.gz": PADDLE_TAR})
+    during = []
+
+    class Watch(dict):  # what --dest and its folder hold while the archive is being sent
+        def get(self, path, default=None):
+            during.append((sorted(p.name for p in dest.iterdir()), sorted(p.name for p in tmp_path.iterdir())))
+            return super().get(path, default)
+
+    server = serve(Watch({"/yahoo-answer-100k.tar.gz": PADDLE_TAR}))
     mirrors(monkeypatch, download.Mirror(server.url + "/yahoo-answer-100k.tar.gz", archive="md5:" + PADDLE_MD5))
     rc, out, err = run(capsys, "yahoo", "--dest", dest)
     assert (rc, err) == (0, "")
     assert f"yahoo ready in {dest / 'yahoo'} (checksums as pinned)" in out and "sha256" not in out
     assert {p.name: p.read_bytes() for p in (dest / "yahoo").iterdir()} == {f"{s}.txt": t for s, t in SPLIT_TEXT.items()}
     assert sorted(p.name for p in tmp_path.iterdir()) == ["data"]  # no temporary folder left beside it
+    (inside, beside), = during  # the download went into a temporary folder beside --dest, not into it
+    assert inside == ["yelp"] and len(beside) == 2 and beside[0].startswith(".data.yahoo.partial-")
 
 
 def test_a_corrupted_archive_is_one_line_with_both_sums_and_dest_as_it_was(tmp_path, capsys, monkeypatch, serve, dest):
