@@ -133,10 +133,10 @@ class _Downloader:
             url, cookies = _past_drive_warning(url)
         get = HTTPDownloader(progressbar=sys.stderr.isatty(), timeout=TIMEOUT, headers=HEADERS, cookies=cookies)
         get(url, output_file, pooch)
-        with open(output_file, "rb") as got:
-            start = got.read(512).lstrip().lower()
-        if drive and start.startswith((b"<!doctype html", b"<html")):
-            raise Failure(f"Google Drive sent a web page instead of the file for {url}")
+        if drive:  # the confirmed URL answered with a page again
+            with open(output_file, "rb") as got:
+                if got.read(512).lstrip().lower().startswith((b"<!doctype html", b"<html")):
+                    raise Failure(f"Google Drive sent a web page instead of the file for {url}")
 
 
 def fetch(url: str, path: Path) -> None:
@@ -158,7 +158,8 @@ def fetch(url: str, path: Path) -> None:
     registry = pooch.create(path=path.parent, base_url="", registry={path.name: None}, urls={path.name: url},
                             retry_if_failed=RETRIES)  # fmt: skip
     try:
-        registry.fetch(path.name, downloader=_Downloader())
+        # ftp:// and the like: pooch's own downloader for the scheme
+        registry.fetch(path.name, downloader=_Downloader() if url.startswith(("http:", "https:")) else None)
     except Failure:
         raise
     except (OSError, ValueError, requests.RequestException) as err:  # requests' errors are OSErrors too
