@@ -1,4 +1,5 @@
-"""`seqvae download`, offline: fake archives with the real releases' layout, served from file:// URLs."""
+"""`seqvae download`, offline: fake archives with the real releases' layout, served from file:// URLs
+(and a loopback server as Google Drive). The mirrors and checksums: test_download_mirrors.py."""
 
 from __future__ import annotations
 
@@ -6,14 +7,14 @@ import hashlib
 import io
 import os
 import tarfile
-import threading
 import zipfile
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+from loopback import Server, closed_port, only_loopback
 
 from seqvae import download
+from seqvae.text import fetch
 
 YAHOO = {  # what the jxhe/vae-lagging-encoder yahoo tarball holds (plus a vocab we must ignore)
     "yahoo_data/yahoo.train.txt": b"what is the best way to learn ?\nhow do i fix my car\n",
@@ -31,6 +32,11 @@ PTB = {  # Mikolov's files start each line with a space; keep it
     "ptb.valid.txt": b" consumers may want to move \n",
     "ptb.test.txt": b" no it was n't \n",
 }
+
+
+@pytest.fixture(autouse=True)
+def no_internet(monkeypatch):
+    only_loopback(monkeypatch)
 
 
 def tar_gz(path: Path, files: dict[str, bytes]) -> Path:
@@ -78,8 +84,9 @@ def test_yahoo_tar_gz(tmp_path, capsys):
     rc, out, err = run(capsys, "yahoo", "--dest", dest, "--url", archive.as_uri())
     assert (rc, err) == (0, "")
     assert contents(dest / "yahoo") == splits(YAHOO, "yahoo.{}.txt")
-    assert os.listdir(dest) == ["yahoo"]  # no temp dir left behind
-    assert hashlib.sha256(archive.read_bytes()).hexdigest() in out  # no published checksum: ours is shown
+    assert os.listdir(dest) == ["yahoo"] and sorted(os.listdir(tmp_path)) == ["data", "yahoo.tar.gz"]  # no temp dir
+    for name in ("yahoo.train.txt", "yahoo.valid.txt", "yahoo.test.txt"):  # another source: no checksum applies,
+        assert f"{hashlib.sha256(YAHOO['yahoo_data/' + name]).hexdigest()}  {name} from" in out  # ours is shown
 
 
 def test_yelp_zip_keeps_labels_and_accepts_plain_path(tmp_path, capsys):
@@ -116,7 +123,7 @@ def test_unreachable_url_fails_cleanly(tmp_path, capsys):
     dest = tmp_path / "d"
     dest.mkdir()
     (dest / "keep.txt").write_text("x")
-    url = "http://127.0.0.1:9/x.zip"
+    url = f"http://127.0.0.1:{closed_port()}/x.zip"
     rc, out, err = run(capsys, "yahoo", "--dest", dest, "--url", url)
     assert rc == 1
     assert_one_error(err, url)
@@ -193,57 +200,39 @@ def test_existing_target_untouched_without_force_replaced_with_force(tmp_path, c
     assert os.listdir(dest) == ["yahoo"]
 
 
-def test_checksum_is_enforced_when_known(tmp_path, capsys, monkeypatch):
+def test_the_pins_do_not_apply_to_another_source(tmp_path, capsys):
+    """--url serves other bytes than the release (here: fake ones); the pinned yahoo md5s would refuse them."""
     archive = tar_gz(tmp_path / "yahoo.tar.gz", YAHOO)
-    url = archive.as_uri()
-    monkeypatch.setitem(download.CHECKSUMS, url, ("sha256", "0" * 64))
-    rc, _, err = run(capsys, "yahoo", "--dest", tmp_path / "d", "--url", url)
-    assert rc == 1
-    assert_one_error(err, "checksum mismatch", url)
-    assert not (tmp_path / "d").exists()
-
-    monkeypatch.setitem(download.CHECKSUMS, url, ("md5", hashlib.md5(archive.read_bytes()).hexdigest()))
-    rc, out, err = run(capsys, "yahoo", "--dest", tmp_path / "d", "--url", url)
+    rc, out, err = run(capsys, "yahoo", "--dest", tmp_path / "d", "--url", archive)
     assert (rc, err) == (0, "")
-    assert "sha256" not in out  # pinned, so nothing to report
+    assert out.count("sha256 (none published)") == 3 and "as pinned" not in out
 
 
-def test_builtin_sources_are_pinned_where_published():
-    for split in download.SPLITS:
-        assert download.PTB + f"ptb.{split}.txt" in download.CHECKSUMS
+def test_builtin_corpora_are_pinned_where_a_checksum_is_known():
+    yahoo, yelp, ptb = (download.CORPORA[n] for n in ("yahoo", "yelp", "ptb"))
+    assert yahoo.splits == {"train": "md5:3fb31bad56bae7c65fa084f702398c3b",  # PaddleNLP's
+                            "valid": "md5:2680dd89b4fe882359846b5accfb7647", "test": "md5:3e6dcb643282e3543303980f1e21bb9d"}
+    assert [m.url for m in yahoo.mirrors] == [download.DRIVE + "13azGlTuGdzWLCmgDmQPmvb_jcexVWX7i",  # He et al.'s first
+                                              "https://bj.bcebos.com/paddlenlp/datasets/yahoo-answer-100k.tar.gz"]
+    assert yahoo.mirrors[1].archive == "md5:68b88fd3f2cc9918a78047d99bcc6532"
+    assert sorted(ptb.splits) == sorted(download.SPLITS) and all(p.startswith("md5:") for p in ptb.splits.values())
+    assert yelp.splits is None  # none is known: the sha256 fetched is printed (docs/data.md)
 
 
 @pytest.fixture
 def drive(monkeypatch):
-    """A local HTTP server treated as Google Drive; `respond(path, port) -> (body, content type)`."""
+    """A loopback HTTP server treated as Google Drive; `respond(path, port) -> (body, content type)`."""
     servers = []
 
     def start(respond):
-        seen = []
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self):
-                seen.append(self.path)
-                body, kind = respond(self.path, self.server.server_address[1])
-                self.send_response(200)
-                self.send_header("Content-Type", kind)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *args):
-                pass
-
-        server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=server.serve_forever, daemon=True).start()
+        server = Server(lambda path, port: (200, *respond(path, port)))
         servers.append(server)
-        monkeypatch.setattr(download, "DRIVE_HOSTS", {"127.0.0.1"})
-        return f"http://127.0.0.1:{server.server_address[1]}/uc?export=download&id=abc", seen
+        monkeypatch.setattr(fetch, "DRIVE_HOSTS", {"127.0.0.1"})
+        return f"{server.url}/uc?export=download&id=abc", server.seen
 
     yield start
     for server in servers:
-        server.shutdown()
-        server.server_close()
+        server.close()
 
 
 def test_google_drive_confirm_form(tmp_path, capsys, drive):

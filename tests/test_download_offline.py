@@ -1,36 +1,46 @@
-"""`seqvae download` without a network: the fetch is made to fail as urllib fails offline (no
-real network access); the one error line says so first and names the URL it tried."""
+"""`seqvae download` without a network: the socket calls fail as they do offline (a failed name lookup,
+no route, no answer), under requests and pooch as they run for real, with no access past this machine;
+the one error line says so first and names the URL it tried. Servers that answer badly: a loopback one."""
 
 from __future__ import annotations
 
 import errno
-import io
 import socket
-import urllib.error
 
 import pytest
+from loopback import LOOPBACK, Server, closed_port, only_loopback
 
 from seqvae import download
+from seqvae.text import fetch
 
-PTB = download.SOURCES["ptb"][0]
+PTB = download.PTB
+
+
+@pytest.fixture(autouse=True)
+def asked(monkeypatch):
+    """The hosts whose name was looked up (every lookup but the loopback's fails)."""
+    return only_loopback(monkeypatch)
 
 
 @pytest.fixture
-def opened(monkeypatch):
-    """Every URL `_open` is asked for; it raises what `fail(url)` returns (or serves a few bytes)."""
-    calls: list[str] = []
+def no_route(monkeypatch):
+    """Names resolve (to TEST-NET-1, never connected to) and connecting raises `error`: no route, no answer."""
 
-    def install(fail):
-        def fake_open(url):
-            calls.append(url)
-            err = fail(url)
-            if err is None:
-                return io.BytesIO(b" a b c \n")
-            raise err
+    def install(error: OSError):
+        real_lookup, real_connect = socket.getaddrinfo, socket.socket.connect
 
-        monkeypatch.setattr(download, "_open", fake_open)
-        monkeypatch.setattr(download, "CHECKSUMS", {})  # the few bytes served are no real PTB file
-        return calls
+        def lookup(host, port, *args, **kwargs):
+            if host in LOOPBACK:
+                return real_lookup(host, port, *args, **kwargs)
+            return [(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP, "", ("192.0.2.1", port))]
+
+        def connect(sock, address):
+            if address[0] == "192.0.2.1":
+                raise error
+            return real_connect(sock, address)
+
+        monkeypatch.setattr(socket, "getaddrinfo", lookup)
+        monkeypatch.setattr(socket.socket, "connect", connect)
 
     return install
 
@@ -39,59 +49,87 @@ def one_error(capsys, *argv) -> str:
     assert download.main([str(a) for a in argv]) == 1
     out, err = capsys.readouterr()
     lines = err.splitlines()
-    assert out == "" and len(lines) == 1 and lines[0].startswith("seqvae download: error: "), err
+    assert "error" not in out and len(lines) == 1 and lines[0].startswith("seqvae download: error: "), err
     return lines[0].removeprefix("seqvae download: error: ")
 
 
-OFFLINE = {  # what urllib raises offline -> how the error line starts
-    "lookup": (urllib.error.URLError(socket.gaierror(-2, "Name or service not known")),
-               "no network? cannot look up raw.githubusercontent.com ([Errno -2] Name or service not known) for "),
-    "unreachable": (urllib.error.URLError(OSError(errno.ENETUNREACH, "Network is unreachable")),
+def test_offline_lookup_says_no_network_first_naming_the_url(tmp_path, capsys, asked):
+    line = one_error(capsys, "ptb", "--dest", tmp_path / "d")
+    host = "raw.githubusercontent.com"
+    assert line == f"no network? cannot look up {host} ([Errno -2] Name or service not known) for {PTB}ptb.train.txt"
+    assert asked == [host]  # the other file names are not tried: no network is no network
+    assert list(tmp_path.iterdir()) == []  # nor a dest it created, nor a temporary folder beside it
+
+
+NO_ROUTE = {  # what connecting raises offline -> how the error line starts
+    "unreachable": (OSError(errno.ENETUNREACH, "Network is unreachable"),
                     "no network? cannot reach raw.githubusercontent.com ([Errno 101] Network is unreachable) for "),
     "timeout": (TimeoutError("timed out"),
-                f"no network? no answer from raw.githubusercontent.com within {download.TIMEOUT} s for "),
-    "read timeout": (urllib.error.URLError(TimeoutError("timed out")),
-                     f"no network? no answer from raw.githubusercontent.com within {download.TIMEOUT} s for "),
+                f"no network? no answer from raw.githubusercontent.com within {fetch.TIMEOUT} s for "),
 }  # fmt: skip
 
 
-@pytest.mark.parametrize("case", OFFLINE)
-def test_offline_ptb_says_no_network_first_naming_the_url(tmp_path, capsys, opened, case):
-    error, start = OFFLINE[case]
-    calls = opened(lambda url: error)
+@pytest.mark.parametrize("case", NO_ROUTE)
+def test_no_route_says_no_network(tmp_path, capsys, no_route, case):
+    error, start = NO_ROUTE[case]
+    no_route(error)
     line = one_error(capsys, "ptb", "--dest", tmp_path / "d")
     assert line == start + PTB + "ptb.train.txt", line
-    assert "has none of" not in line
-    assert calls == [PTB + "ptb.train.txt"]  # the other file names are not tried: no network is no network
-    assert not (tmp_path / "d").exists()  # nor a dest it created
+    assert list(tmp_path.iterdir()) == []
 
 
-def test_offline_drive_corpus_says_no_network(tmp_path, capsys, opened):
-    opened(lambda url: OFFLINE["lookup"][0])
-    line = one_error(capsys, "yahoo", "--dest", tmp_path / "d")
-    assert line.startswith("no network? cannot look up drive.google.com (") and line.endswith(download.SOURCES["yahoo"][0])
+def test_no_network_at_all_is_one_line_for_every_mirror(tmp_path, capsys, asked):
+    dest = tmp_path / "d"
+    dest.mkdir()
+    line = one_error(capsys, "yahoo", "--dest", dest)
+    drive, paddle = (m.url for m in download.CORPORA["yahoo"].mirrors)
+    assert line == (f"no network? all 2 mirrors of yahoo failed: (1) cannot look up drive.google.com ([Errno -2] Name "
+                    f"or service not known) for {drive}; (2) cannot look up bj.bcebos.com ([Errno -2] Name or service not "
+                    f"known) for {paddle}")  # fmt: skip
+    assert asked == ["drive.google.com", "bj.bcebos.com"]
+    assert list(tmp_path.iterdir()) == [dest] and list(dest.iterdir()) == []
 
 
-def test_refused_connection_is_not_called_no_network(tmp_path, capsys, opened):
-    opened(lambda url: urllib.error.URLError(ConnectionRefusedError(errno.ECONNREFUSED, "Connection refused")))
-    line = one_error(capsys, "ptb", "--dest", tmp_path / "d", "--url", "http://127.0.0.1:9/")
-    assert line == "cannot connect to 127.0.0.1:9 (connection refused) for http://127.0.0.1:9/ptb.train.txt"
+def test_a_server_that_never_answers(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(fetch, "TIMEOUT", 0.3)
+    with socket.socket() as silent:  # listens (the kernel accepts the connection) but nobody ever answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        host = f"127.0.0.1:{silent.getsockname()[1]}"
+        line = one_error(capsys, "ptb", "--dest", tmp_path / "d", "--url", f"http://{host}/")
+    assert line == f"no network? no answer from {host} within 0.3 s for http://{host}/ptb.train.txt"
 
 
-def http_error(url: str, code: int) -> urllib.error.HTTPError:
-    return urllib.error.HTTPError(url, code, {404: "Not Found", 503: "Service Unavailable"}[code], {}, None)
+def test_refused_connection_is_not_called_no_network(tmp_path, capsys):
+    url = f"http://127.0.0.1:{closed_port()}/"
+    line = one_error(capsys, "ptb", "--dest", tmp_path / "d", "--url", url)
+    assert line == f"cannot connect to {url[7:-1]} (connection refused) for {url}ptb.train.txt"
 
 
-def test_missing_files_still_list_the_names_tried(tmp_path, capsys, opened):
+@pytest.fixture
+def server():
+    servers = []
+
+    def start(respond):
+        servers.append(Server(respond))
+        return servers[-1]
+
+    yield start
+    for s in servers:
+        s.close()
+
+
+def test_missing_files_still_list_the_names_tried(tmp_path, capsys, server):
     # online, but the folder has no test split under either name: that is what the line says
-    calls = opened(lambda url: http_error(url, 404) if url.endswith("test.txt") else None)
-    line = one_error(capsys, "ptb", "--dest", tmp_path / "d")
-    assert line == f"{PTB} has none of ptb.test.txt, test.txt (cannot fetch {PTB}test.txt: HTTP Error 404: Not Found)"
-    assert calls[-2:] == [PTB + "ptb.test.txt", PTB + "test.txt"]
+    files = server(lambda path, port: (404, b"", "text/plain") if path.endswith("test.txt") else (200, b" a \n", "text/plain"))
+    url = files.url + "/"
+    line = one_error(capsys, "ptb", "--dest", tmp_path / "d", "--url", url)
+    assert line == f"{url} has none of ptb.test.txt, test.txt (cannot fetch {url}test.txt: HTTP Error 404: Not Found)"
+    assert files.seen[-2:] == ["/ptb.test.txt", "/test.txt"]
 
 
-def test_server_error_is_reported_as_it_is_not_as_missing_files(tmp_path, capsys, opened):
-    calls = opened(lambda url: http_error(url, 503))
-    line = one_error(capsys, "ptb", "--dest", tmp_path / "d")
-    assert line == f"cannot fetch {PTB}ptb.train.txt: HTTP Error 503: Service Unavailable"
-    assert len(calls) == 1
+def test_server_error_is_reported_as_it_is_not_as_missing_files(tmp_path, capsys, server):
+    files = server(lambda path, port: (503, b"", "text/plain"))
+    line = one_error(capsys, "ptb", "--dest", tmp_path / "d", "--url", files.url + "/")
+    assert line == f"cannot fetch {files.url}/ptb.train.txt: HTTP Error 503: Service Unavailable"
+    assert files.seen == ["/ptb.train.txt"]

