@@ -225,8 +225,8 @@ def test_labels_name_every_varying_key(tmp_path, capsys):
     rc, out, _ = run_compare(capsys, f"{tmp_path}/yahoo/*/seed1", "--format", "json")
     assert rc == 0
     assert [r["label"] for r in json.loads(out)["rows"]] == [
-        "kl_schedule=LinearKLWarmup, start=0.1, warmup_epochs=10.0, latent_dim=16",
-        "kl_schedule=CyclicalKL, cycles=4, latent_dim=32",
+        "kl_schedule=LinearKLWarmup(start=0.1, warmup_epochs=10), latent_dim=16",
+        "kl_schedule=CyclicalKL(cycles=4), latent_dim=32",
     ]
 
 
@@ -239,11 +239,11 @@ def test_labels_name_only_where_a_row_departs_from_most_rows(tmp_path, capsys):
     rc, out, _ = run_compare(capsys, f"{tmp_path}/yahoo/*/seed1")
     assert rc == 0
     labels = [line.split(" | ")[0].strip("| ") for line in out.splitlines()[2:6]]
-    assert labels == ["common settings", "kl_schedule=CyclicalKL, cycles=4", "pooling=last", "latent_dim=16"]
+    assert labels == ["common settings", "kl_schedule=CyclicalKL(cycles=4)", "pooling=last", "latent_dim=16"]
     note = out.splitlines()[7]
     assert note == (
         "- Rows are labelled by where they differ from the settings most rows share (common settings): "
-        "kl_schedule=LinearKLWarmup, start=0.1, warmup_epochs=10.0, latent_dim=32, pooling=max"
+        "kl_schedule=LinearKLWarmup(start=0.1, warmup_epochs=10), latent_dim=32, pooling=max"
     )
 
 

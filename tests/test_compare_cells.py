@@ -177,3 +177,30 @@ def test_seeds_needed_in_the_output_and_json(tmp_path, capsys):
     assert d["mi"]["seeds_needed"] is None  # degenerate (0 on every seed): no s.d. to plan with
     assert doc["resolve"] == 0.5
     assert T2 * 1.0 / math.sqrt(3) > 2 > 3.182446305 / 2  # 3 seeds do not resolve it, 4 would
+
+
+# ---------------------------------------------------------------- issue 45 (9): labels, empty directories
+
+
+def test_labels_name_a_strategy_and_its_arguments_once_and_the_lm_as_lm(tmp_path, capsys):
+    freebits = {"class_path": "seqvae.FreeBits", "init_args": {"target": 8.0}}
+    cosine = [{"class_path": "seqvae.CosineDispersion", "init_args": {"weight": 1.0}}]
+    make_run(tmp_path, "last", 1, metrics(100.0, 60.0), pooling="last", kl_penalty=None, regularizers=None)
+    make_run(tmp_path, "last2", 2, metrics(100.0, 60.0), pooling="last", kl_penalty=None, regularizers=None)
+    make_run(tmp_path, "freebits", 1, metrics(99.0, 60.0), pooling="last", kl_penalty=freebits, regularizers=None)
+    make_run(tmp_path, "cosine", 1, metrics(98.0, 60.0), pooling="last", kl_penalty=None, regularizers=cosine)
+    make_run(tmp_path, "lm", 1, metrics(97.0, 60.0), pooling="last", latent_dim=0, kl_penalty=None, regularizers=None)
+    rc, out, _ = run_compare(capsys, f"{tmp_path}/yahoo/*/seed*", "--format", "json")
+    assert rc == 0
+    labels = sorted(r["label"] for r in json.loads(out)["rows"])
+    assert labels == ["LM", "common settings", "kl_penalty=FreeBits(target=8)", "regularizers=CosineDispersion(weight=1)"]
+
+
+def test_label_dir_tells_apart_configs_in_one_directory(tmp_path, capsys):
+    for version, k in enumerate((1, 10, 100, 1000)):  # `seqvae test` K scan: runs/kscan/version_N
+        run = make_run(tmp_path, "kscan", 1, metrics(115.0 - version, 60.0), test_iw_samples=k)
+        run.rename(run.parent / f"version_{version}")
+    rc, out, _ = run_compare(capsys, f"{tmp_path}/yahoo/kscan/version_*", "--label", "dir", "--format", "json")
+    assert rc == 0
+    labels = [r["label"] for r in json.loads(out)["rows"]]
+    assert labels == [f"kscan: test_iw_samples={k}" for k in (1, 10, 100, 1000)]

@@ -38,6 +38,19 @@ import sys
 from pathlib import Path
 
 from seqvae.analysis.cells import BY_TEXT_NOTE, DEGENERATE_NOTE, add_differences, cell_of, diff_cell, seeds_needed, stat_cell  # noqa: F401
+from seqvae.analysis.labels import (  # noqa: F401  (re-exported: compare's API)
+    COMMON_LABEL,
+    common_settings_note,
+    common_values,
+    config_label,
+    config_labels,
+    dir_label,
+    label_config,
+    short_names,
+    show,
+    unique_dir_labels,
+    varying_keys,
+)
 from seqvae.analysis.differences import DIFF_KEYS, DIFF_METRICS, MC_SE, t975  # noqa: F401  (t975: API)
 from seqvae.analysis.plots import plot, read_curves, y_scale  # noqa: F401  (re-exported: compare's API)
 from seqvae.analysis.runs import (  # noqa: F401  (re-exported: compare's API)
@@ -62,30 +75,6 @@ from seqvae.analysis.runs import (  # noqa: F401  (re-exported: compare's API)
     texts_digests,
     write_curves,
 )
-
-
-def show(key: str, value) -> str:
-    if key.endswith("class_path") and isinstance(value, str):
-        return value.rsplit(".", 1)[-1]
-    return json.dumps(value) if value is None or isinstance(value, (bool, list, dict)) else str(value)
-
-
-def short_names(keys: list[str]) -> dict[str, str]:
-    """Shortest dotted suffix (without class_path/init_args) that tells the varying keys apart."""
-    parts = {k: [p for p in k.split(".") if p not in ("class_path", "init_args")] or [k] for k in keys}
-    depth = {k: 2 if parts[k][-1].isdigit() else 1 for k in keys}
-    while True:
-        names = {k: ".".join(parts[k][-depth[k] :]) for k in keys}
-        clash = [k for k in keys if list(names.values()).count(names[k]) > 1 and depth[k] < len(parts[k])]
-        if not clash:
-            return names
-        for k in clash:
-            depth[k] += 1
-
-
-def varying_keys(groups: list[dict]) -> list[str]:
-    keys = sorted({k for g in groups for k in g["config"]})
-    return [k for k in keys if len({json.dumps(g["config"].get(k, "<absent>"), default=str) for g in groups}) > 1]
 
 
 def by_config(runs: list[dict]) -> list[dict]:
@@ -115,76 +104,17 @@ def group_runs(
         base_groups[0]["baseline"] = True
         out.append(base_groups[0])
     out += by_config(runs)
-    varying = varying_keys(out)
-    names = short_names(varying)
-    common = common_values(out, varying)
-    by_dir = label_by == "dir" or not varying
+    by_dir = label_by == "dir" or not varying_keys(out)
+    if by_dir:
+        for g in out:
+            g["label"] = dir_label(g, 1)
+    else:
+        config_labels(out)
     for g in out:
-        g["label"] = dir_label(g, 1) if by_dir else config_label(g["config"], varying, common, names) or COMMON_LABEL
         g["stats"] = {mid: summarize(g["runs"], key) for mid, _, key, _ in METRICS}
     if label_by == "dir":
         unique_dir_labels(out)
     return out
-
-
-def config_label(config: dict, varying: list[str], common: dict, names: dict) -> str:
-    """Where a row departs from the common settings. A key the row lacks is named too (`key=–`)
-    when most rows set it, or the row would read as "common settings" while differing from them;
-    except the arguments another class would take, once the row's own class is named."""
-    shown = [
-        k for k in varying
-        if (k in common and config.get(k, MISSING) != common[k]) or (k not in common and k in config)
-    ]  # fmt: skip
-    classes = [k[: -len("class_path")] for k in shown if k.endswith("class_path")]
-    shown = [k for k in shown if k in config or not any(k.startswith(c) for c in classes)]
-    return ", ".join(f"{names[k]}={show(k, config.get(k, MISSING))}" for k in shown)
-
-
-def dir_label(group: dict, depth: int) -> str:
-    """The variant directories of a group's runs (`last`), with `depth` - 1 directories above them."""
-    names = ("/".join(r["path"].resolve().parent.parts[-depth:]) for r in group["runs"])
-    return ",".join(dict.fromkeys(names))
-
-
-def unique_dir_labels(groups: list[dict]) -> None:
-    """Two configs in directories of one name (`recipe20/last`, `encoder_width/last`) would share a
-    row label: such rows take the directories above theirs until the labels differ."""
-    for depth in range(2, 6):
-        seen = [g["label"] for g in groups]
-        clash = [g for g in groups if seen.count(g["label"]) > 1]
-        if not clash:
-            return
-        for g in clash:
-            g["label"] = dir_label(g, depth)
-
-
-COMMON_LABEL = "common settings"
-
-
-def common_values(groups: list[dict], keys: list[str]) -> dict:
-    """key -> the value more than half of the groups share, for the keys that have one. A label
-    names only where its row departs from these (15 methods: `pooling=max`, not every key that
-    varies somewhere); a key without a majority value (two rows) is named in every row."""
-    out = {}
-    for k in keys:
-        values = [json.dumps(g["config"].get(k, "<absent>"), sort_keys=True, default=str) for g in groups]
-        top = max(set(values), key=values.count)
-        if values.count(top) * 2 > len(groups) and top != '"<absent>"':
-            out[k] = json.loads(top)
-    return out
-
-
-def common_settings_note(groups: list[dict], label_by: str) -> list[str]:
-    """The footnote that says what the labels leave out: the shared values of the keys that vary."""
-    if label_by == "dir" or len(groups) < 3:
-        return []
-    varying = varying_keys(groups)
-    common = common_values(groups, varying)
-    if not common:
-        return []
-    names = short_names(varying)
-    shared = ", ".join(f"{names[k]}={show(k, v)}" for k, v in common.items())
-    return [f"Rows are labelled by where they differ from the settings most rows share ({COMMON_LABEL}): {shared}"]
 
 
 # ---------------------------------------------------------------- differences to the baseline
