@@ -8,6 +8,9 @@ import math
 import statistics
 
 import pytest
+import shutil
+import yaml
+from pathlib import Path
 from test_compare import T2, diff_runs, make_run, md_rows, metrics, run_compare, set_texts, text_pair, vs_base
 
 from seqvae import compare
@@ -204,3 +207,98 @@ def test_label_dir_tells_apart_configs_in_one_directory(tmp_path, capsys):
     assert rc == 0
     labels = [r["label"] for r in json.loads(out)["rows"]]
     assert labels == [f"kscan: test_iw_samples={k}" for k in (1, 10, 100, 1000)]
+
+
+def test_a_glob_skips_empty_and_failed_directories_with_a_note(tmp_path, capsys):
+    diff_runs(tmp_path, "max", {1: 100.0, 2: 102.0}, latent_dim=8)
+    (tmp_path / "yahoo" / "max" / "seed3").mkdir()  # empty
+    (tmp_path / "yahoo" / "max" / "failed-seed4").mkdir()  # what a sweep leaves of a failed cell
+    (tmp_path / "yahoo" / "max" / "failed-seed4" / "sweep.log").write_text("Traceback ...\n")
+    rc, out, err = run_compare(capsys, f"{tmp_path}/yahoo/max/*", "--format", "json")
+    assert rc == 0, err
+    assert json.loads(out)["rows"][0]["n"] == 2
+    assert err.startswith("seqvae compare: skipped 2 directories without metrics.json (predict, unfinished, failed or empty): ")
+    assert "failed-seed4" in err and "seed3" in err
+    rc, _, err = run_compare(capsys, tmp_path / "yahoo" / "max" / "seed3")  # named on its own: still refused
+    assert rc == 2 and "not a run directory (no config.yaml or metrics.json)" in err
+
+
+# ---------------------------------------------------------------- issue 45 (5): re-tests
+
+
+def retest_of(trained: Path, where: Path, **model) -> Path:
+    """What `seqvae test --ckpt_path <trained>/checkpoints/best.ckpt` writes: the model's settings as the
+    checkpoint saved them, the test command's defaults for the rest, metrics.json naming the checkpoint."""
+    config = yaml.safe_load((trained / "config.yaml").read_text())
+    config["checkpoint"]["monitor"] = "val/loss"  # the command's defaults, not how the checkpoint was trained
+    config["plateau"]["patience"] = 2
+    config["data"]["max_vocab"] = None
+    config["model"].update(model)
+    config["ckpt_path"] = str(trained / "checkpoints" / "best.ckpt")
+    where.mkdir(parents=True)
+    (where / "config.yaml").write_text(yaml.safe_dump(config))
+    m = {k: v for k, v in json.loads((trained / "metrics.json").read_text()).items() if k != "fit_seconds"}
+    (where / "metrics.json").write_text(json.dumps(m | {"checkpoint": config["ckpt_path"], "test/iw_nll": 90.0}))
+    return where
+
+
+def trained_run(root: Path, variant: str, **model) -> Path:
+    run = make_run(root, variant, 1, metrics(100.0, 60.0), **model)
+    config = yaml.safe_load((run / "config.yaml").read_text())
+    config["checkpoint"]["monitor"], config["plateau"]["patience"], config["data"]["max_vocab"] = "val/elbo", 5, 20000
+    (run / "config.yaml").write_text(yaml.safe_dump(config))
+    return run
+
+
+def test_a_retest_is_labelled_by_its_checkpoints_training_settings(tmp_path, capsys):
+    last = trained_run(tmp_path, "last", pooling="last")
+    trained_max = trained_run(tmp_path, "max", pooling="max")
+    retest = retest_of(trained_max, tmp_path / "retests" / "max_k1000", test_iw_samples=1000)
+    rc, out, _ = run_compare(capsys, last, retest, "--format", "json")
+    assert rc == 0
+    doc = json.loads(out)
+    assert [r["label"] for r in doc["rows"]] == ["pooling=last", "pooling=max, test_iw_samples=1000"]
+    assert doc["rows"][1]["runs"][0]["retest"] == {"checkpoint": str(trained_max / "checkpoints" / "best.ckpt"),
+                                                   "training_run": str(trained_max)}  # fmt: skip
+    assert any(w.startswith("Re-tests (seqvae test --ckpt_path), grouped and labelled by their checkpoint's") for w in doc["warnings"])
+    # the training run is not here (another machine's path): the model's settings and the test's own only
+    shutil.rmtree(trained_max)
+    rc, out, _ = run_compare(capsys, last, retest, "--format", "json")
+    doc = json.loads(out)
+    assert [r["label"] for r in doc["rows"]] == ["pooling=last",
+                                                 "pooling=max, test_iw_samples=1000, re-test, training run not found"]  # fmt: skip
+    assert any(w.startswith("Re-tests whose checkpoint's training run is not here") for w in doc["warnings"])
+
+
+# ---------------------------------------------------------------- issue 45 (6): torch thread counts
+
+
+def set_threads(root: Path, variant: str, threads: dict[int, int]) -> None:
+    for seed, n in threads.items():
+        path = root / "yahoo" / variant / f"seed{seed}" / "metrics.json"
+        m = json.loads(path.read_text())
+        m["provenance"]["torch_threads"] = n
+        path.write_text(json.dumps(m))
+
+
+def test_rows_and_differences_that_mix_thread_counts_are_marked(tmp_path, capsys):
+    diff_runs(tmp_path, "base", {1: 100.0, 2: 101.0, 3: 103.0}, latent_dim=8)
+    set_threads(tmp_path, "base", {1: 1, 2: 1, 3: 1})
+    diff_runs(tmp_path, "two", {1: 102.0, 2: 104.0, 3: 104.0}, latent_dim=16)
+    set_threads(tmp_path, "two", {1: 2, 2: 2, 3: 2})
+    diff_runs(tmp_path, "mixed", {1: 102.0, 2: 104.0, 3: 104.0}, latent_dim=32)
+    set_threads(tmp_path, "mixed", {1: 1, 2: 2, 3: 1})
+    diff_runs(tmp_path, "one", {1: 102.0, 2: 104.0, 3: 104.0}, latent_dim=64)
+    set_threads(tmp_path, "one", {1: 1, 2: 1, 3: 1})
+    rc, out, _ = run_compare(capsys, f"{tmp_path}/yahoo/*/seed*", "--label", "dir")
+    assert rc == 0
+    rows = {line.split(" | ")[0].strip("| "): line.split(" | ")[1] for line in out.splitlines()[2:6]}
+    assert rows == {"base": "3", "mixed": "3‡", "one": "3", "two": "3"}
+    assert "- ‡ mixed: its runs used different torch thread counts (1 ×2, 2 ×1 runs); results depend on the thread count" in out
+    rc, out, _ = vs_base(capsys, tmp_path)
+    assert [md_rows(out)[k][0] for k in ("base (baseline)", "mixed", "one", "two")] == ["3", "3‡", "3", "3‡"]
+    assert ("- ‡ two: the difference to base mixes torch thread counts (rows two 2 ×3; baseline 1 ×3)") in out
+    rc, out, _ = vs_base(capsys, tmp_path, "--format", "json")
+    rows = {r["label"]: r for r in json.loads(out)["rows"]}
+    assert rows["mixed"]["torch_threads"] == [1, 2] and rows["two"]["difference_mixes_threads"] is True
+    assert rows["one"]["difference_mixes_threads"] is False

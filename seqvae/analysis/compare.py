@@ -51,6 +51,7 @@ from seqvae.analysis.labels import (  # noqa: F401  (re-exported: compare's API)
     unique_dir_labels,
     varying_keys,
 )
+from seqvae.analysis.run_notes import THREADS_MARK, mixed_threads, provenance_note, retest_note, thread_counts, thread_notes
 from seqvae.analysis.differences import DIFF_KEYS, DIFF_METRICS, MC_SE, t975  # noqa: F401  (t975: API)
 from seqvae.analysis.plots import plot, read_curves, y_scale  # noqa: F401  (re-exported: compare's API)
 from seqvae.analysis.runs import (  # noqa: F401  (re-exported: compare's API)
@@ -153,6 +154,7 @@ def run_json(r: dict) -> dict:
         "provenance": r["metrics"].get("provenance"),
         "seeds": r["metrics"].get("seeds"),
         "filled_in": r["filled"],
+        "retest": r["retest"],
     }
     if "bn_bound" in r["metrics"]:  # BN-VAE runs that record their bound's check (`bn_bound.py`)
         out["bn_bound"] = r["metrics"]["bn_bound"]
@@ -167,7 +169,8 @@ def unreliable(*groups: dict) -> tuple[str, ...]:
 def render_json(groups: list[dict], pairings: list[str], warnings: list[str], resolve: float | None = None) -> str:
     rows = []
     for g in groups:
-        row = {"label": g["label"], "n": len(g["runs"]), "baseline": g["baseline"], "runs": [run_json(r) for r in g["runs"]]}
+        row = {"label": g["label"], "n": len(g["runs"]), "baseline": g["baseline"], "runs": [run_json(r) for r in g["runs"]],
+               "torch_threads": thread_counts(g["runs"])}
         row.update(g["stats"])
         if unreliable(g):
             row["unreliable"] = list(unreliable(g))
@@ -176,6 +179,7 @@ def render_json(groups: list[dict], pairings: list[str], warnings: list[str], re
             row["pairing"] = g["pairing"]
             row["difference"] = g["difference"]
             base = next(b for b in groups if b["baseline"])
+            row["difference_mixes_threads"] = mixed_threads(g, base)
             for mid in set(unreliable(g, base)) & set(g["difference"]):
                 row["difference"][mid] = {**row["difference"][mid], "unreliable": True}
         rows.append(row)
@@ -222,7 +226,8 @@ def render_table(groups: list[dict]) -> list[str]:
         updates = f"{cells.pop('encoder_updates')} / {cells.pop('decoder_updates')}"
         minutes = cells.pop("train_minutes")
         values = [cells[mid] for mid, _, _ in shown if mid in cells]
-        lines.append(f"| {escape(g['label'])} | {len(g['runs'])} | " + " | ".join([*values, updates, minutes]) + " |")
+        n = f"{len(g['runs'])}{THREADS_MARK * mixed_threads(g)}"
+        lines.append(f"| {escape(g['label'])} | {n} | " + " | ".join([*values, updates, minutes]) + " |")
     return lines
 
 
@@ -250,7 +255,8 @@ def render_differences(groups: list[dict]) -> list[str]:
             cells = [c + BN_MARK * (mid in marked and c != MISSING) for mid, c in zip(shown, cells)]
             label, paired = escape(g["label"]), g["paired_by"]
         cells += [cell(g["stats"][mid], DIGITS[mid]) for mid in se_cols]
-        lines.append(f"| {label} | {len(g['runs'])} | {paired} | " + " | ".join(cells) + " |")
+        n = f"{len(g['runs'])}{THREADS_MARK * mixed_threads(g, base)}"
+        lines.append(f"| {label} | {n} | {paired} | " + " | ".join(cells) + " |")
     return lines
 
 
@@ -303,7 +309,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"seqvae compare: error: {err}", file=sys.stderr)
         return 2
     notes = [*test_texts_notes(groups), *common_settings_note(groups, args.label), *filled_in_notes(groups), *bn_note(groups),
-             *repeated_seed_notes(groups)]  # fmt: skip
+             *repeated_seed_notes(groups), *thread_notes(groups), *retest_note(groups), *provenance_note(groups)]  # fmt: skip
     commits = commit_warning([r for g in groups for r in g["runs"]])
     if commits:
         print(f"seqvae compare: warning: {commits}", file=sys.stderr)

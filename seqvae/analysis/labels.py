@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import re
 
-from seqvae.analysis.runs import MISSING
+from seqvae.analysis.runs import MISSING, UNKNOWN_TRAINING
 
 COMMON_LABEL = "common settings"
 # What only a latent variable uses: an LM (`model.latent_dim: 0`) is labelled `LM`, not by the
@@ -76,7 +76,8 @@ def short_names(keys: list[str]) -> dict[str, str]:
 
 def varying_keys(groups: list[dict], field: str = "config") -> list[str]:
     keys = sorted({k for g in groups for k in g[field]})
-    return [k for k in keys if len({json.dumps(g[field].get(k, "<absent>"), default=str) for g in groups}) > 1]
+    values = lambda k: {json.dumps(g[field].get(k, "<absent>"), default=str) for g in groups if not lm_lacks(g[field], k)}  # noqa: E731
+    return [k for k in keys if len(values(k)) > 1]
 
 
 def common_values(groups: list[dict], keys: list[str], field: str = "config") -> dict:
@@ -94,11 +95,18 @@ def common_values(groups: list[dict], keys: list[str], field: str = "config") ->
 
 
 def lm_lacks(config: dict, key: str) -> bool:
-    """An LM's label config without `key`, a setting only a latent variable uses."""
-    return config.get("model") == LM_LABEL and key not in config and any(key == p or key.startswith(p + ".") for p in LM_UNUSED)
+    """A label config that has no say on `key`: an LM's on a setting only a latent variable uses, a
+    re-test's whose training run is not here on any but the model's (its checkpoint's) settings."""
+    if key in config:
+        return False
+    if config.get(UNKNOWN_TRAINING) and not key.startswith("model."):
+        return True
+    return config.get("model") == LM_LABEL and any(key == p or key.startswith(p + ".") for p in LM_UNUSED)
 
 
 def item(name: str, key: str, value) -> str:
+    if key == UNKNOWN_TRAINING:
+        return key if value is True else f"not {key}"
     return LM_LABEL if key == "model" and value == LM_LABEL else f"{name}={show(key, value)}"
 
 
