@@ -36,6 +36,7 @@ SEEDS_NOTE = (
     "difference (or the one --resolve names) and paired s.d.; a planning estimate: it takes the observed s.d. as known, "
     "not a power calculation"
 )
+SEEDS_METRIC = "iw_nll"  # the one whose seeds needed every table shows (all are in JSON, and per row with --resolve)
 
 
 def seeds_needed(d: float, s: float) -> int | None:
@@ -105,6 +106,8 @@ def judge(g: dict, base: dict, diff: dict, line: str, allow_mixed_k: bool, resol
             needed += [f"{HEADER[mid]} {d['seeds_needed']}"] if d["seeds_needed"] else []
             wanted += [f"{HEADER[mid]} {d['seeds_needed_resolve']}"] if d["seeds_needed_resolve"] else []
         diff[mid] = {**DIFF_KEYS, **d, "excludes_zero": None if d["degenerate"] else excludes_zero(d)}
+    if resolve is None:  # the compact line of add_differences names this row's SEEDS_METRIC figure
+        return line, ""
     if not (needed or wanted):
         return line, ""
     seeds = f"{g['label']}: seeds needed: {', '.join(needed) or 'none'}"
@@ -130,6 +133,10 @@ def add_differences(groups: list[dict], allow_mixed_k: bool = False, resolve: fl
         seeds_lines += [seeds] if seeds else []
         by_text |= any(d["by"] == "text" for d in diff.values())
         flat |= any(d.get("degenerate") for d in diff.values())
+    compact = [f"{g['label']} {g['difference'][SEEDS_METRIC]['seeds_needed']}" for g in groups
+               if g is not base and g["difference"][SEEDS_METRIC].get("seeds_needed")]  # fmt: skip
+    if resolve is None and compact:
+        seeds_lines = [f"{HEADER[SEEDS_METRIC]}: seeds needed (every metric's: --format json, or --resolve X): {', '.join(compact)}"]
     notes = [BY_TEXT_NOTE] * by_text + [DEGENERATE_NOTE] * flat + [SEEDS_NOTE] * bool(seeds_lines)
     return [f"{', '.join(labels)}: {line}" for line, labels in lines.items()] + seeds_lines + notes
 
