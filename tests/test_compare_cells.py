@@ -177,7 +177,8 @@ def test_seeds_needed_in_the_output_and_json(tmp_path, capsys):
     assert f"- {compare.SEEDS_NOTE}" in footnotes(out) and "planning estimate" in compare.SEEDS_NOTE
     rc, out, _ = vs_base(capsys, tmp_path)  # without --resolve too (issue 50): the observed difference's
     assert [x for x in footnotes(out) if "seeds needed" in x] == [
-        "- IW-NLL: seeds needed (every metric's: --format json, or --resolve X): a 4", f"- {compare.SEEDS_NOTE}"]
+        "- seeds needed for a 95% interval by seed of the IW-NLL difference to exclude 0, at the observed difference and "
+        "paired s.d. (a planning estimate, not a power calculation; every metric's: --format json or --resolve X): a 4"]
     rc, out, _ = vs_base(capsys, tmp_path, "--resolve", "0.5", "--format", "json")
     doc = json.loads(out)
     d = next(r for r in doc["rows"] if r["label"] == "a")["difference"]

@@ -36,6 +36,8 @@ SEEDS_NOTE = (
     "difference (or the one --resolve names) and paired s.d.; a planning estimate: it takes the observed s.d. as known, "
     "not a power calculation"
 )
+COMPACT_SEEDS = ("seeds needed for a 95% interval by seed of the {} difference to exclude 0, at the observed difference and "
+                 "paired s.d. (a planning estimate, not a power calculation; every metric's: --format json or --resolve X)")
 SEEDS_METRIC = "iw_nll"  # the one whose seeds needed every table shows (all are in JSON, and per row with --resolve)
 
 
@@ -136,8 +138,8 @@ def add_differences(groups: list[dict], allow_mixed_k: bool = False, resolve: fl
     compact = [f"{g['label']} {g['difference'][SEEDS_METRIC]['seeds_needed']}" for g in groups
                if g is not base and g["difference"][SEEDS_METRIC].get("seeds_needed")]  # fmt: skip
     if resolve is None and compact:
-        seeds_lines = [f"{HEADER[SEEDS_METRIC]}: seeds needed (every metric's: --format json, or --resolve X): {', '.join(compact)}"]
-    notes = [BY_TEXT_NOTE] * by_text + [DEGENERATE_NOTE] * flat + [SEEDS_NOTE] * bool(seeds_lines)
+        seeds_lines = [f"{COMPACT_SEEDS.format(HEADER[SEEDS_METRIC])}: {', '.join(compact)}"]
+    notes = [BY_TEXT_NOTE] * by_text + [DEGENERATE_NOTE] * flat + [SEEDS_NOTE] * (bool(seeds_lines) and resolve is not None)
     return [f"{', '.join(labels)}: {line}" for line, labels in lines.items()] + seeds_lines + notes
 
 
