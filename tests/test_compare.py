@@ -800,8 +800,8 @@ def test_commit_warning_is_one_line(tmp_path, capsys):
     warning = ("seqvae compare: warning: runs come from 3 commits (aaaaaaa ×2, bbbbbbb+dirty ×1, unknown ×1); "
                "unknown: metrics.json has no provenance; +dirty: with uncommitted changes\n")  # fmt: skip
     # the rows of runs without provenance (no commit, no seeds: issue 50) are named under the table
-    note = ("No provenance (metrics.json records no git commit and no seeds; the code and seeds that made them are not "
-            "in their files): latent_dim=32 (all 1)")  # fmt: skip
+    note = ("No provenance (metrics.json records no git commit and no seeds: the code and seeds that made them are not "
+            "in their files): latent_dim=32")  # fmt: skip
     for fmt in ("markdown", "csv", "json"):
         rc, out, err = run_compare(capsys, f"{tmp_path}/yahoo/*/seed*", "--format", fmt)
         assert rc == 0

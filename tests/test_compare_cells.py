@@ -308,3 +308,20 @@ def test_rows_and_differences_that_mix_thread_counts_are_marked(tmp_path, capsys
     rows = {r["label"]: r for r in json.loads(out)["rows"]}
     assert rows["mixed"]["torch_threads"] == [1, 2] and rows["two"]["difference_mixes_threads"] is True
     assert rows["one"]["difference_mixes_threads"] is False
+
+
+# ---------------------------------------------------------------- issue 50 (5): runs without provenance
+
+
+def test_runs_without_provenance_are_named_under_the_table(tmp_path, capsys):
+    diff_runs(tmp_path, "a", {1: 100.0, 2: 101.0}, latent_dim=8)
+    diff_runs(tmp_path, "b", {1: 100.0, 2: 101.0}, latent_dim=16)
+    for variant, seed in (("a", 1), ("a", 2), ("b", 2)):  # from before provenance and seeds were recorded
+        edit(tmp_path, variant, seed, provenance=None)
+    edit(tmp_path, "b", 1, provenance=None, seeds={"seed_everything": 1})  # seeds recorded: its provenance is partial, not none
+    rc, out, _ = run_compare(capsys, f"{tmp_path}/yahoo/*/seed*", "--label", "dir")
+    head = "- No provenance (metrics.json records no git commit and no seeds: the code and seeds that made them are not in their files): "
+    assert rc == 0 and [x for x in footnotes(out) if x.startswith(head)] == [head + "a; b (seed2)"]
+    edit(tmp_path, "b", 1, seeds=None)
+    rc, out, _ = run_compare(capsys, f"{tmp_path}/yahoo/*/seed*", "--label", "dir")
+    assert [x for x in footnotes(out) if x.startswith(head)] == [head + "every run"]

@@ -57,12 +57,12 @@ def provenance_note(groups: list[dict]) -> list[str]:
     for g in groups:
         bare = [r for r in g["runs"] if no_provenance(r)]
         if bare:
-            runs = f"all {len(bare)}" if len(bare) == len(g["runs"]) else ", ".join(r["path"].name for r in bare)
-            which.append(f"{g['label']} ({runs})")
+            which.append(g["label"] if len(bare) == len(g["runs"]) else f"{g['label']} ({', '.join(r['path'].name for r in bare)})")
     if not which:
         return []
-    return [f"No provenance (metrics.json records no git commit and no seeds; the code and seeds that made them are "
-            f"not in their files): {'; '.join(which)}"]  # fmt: skip
+    every = len(which) == len(groups) and all(no_provenance(r) for g in groups for r in g["runs"])
+    return [f"No provenance (metrics.json records no git commit and no seeds: the code and seeds that made them are "
+            f"not in their files): {'every run' if every else '; '.join(which)}"]  # fmt: skip
 
 
 def retest_note(groups: list[dict]) -> list[str]:
