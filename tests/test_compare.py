@@ -604,7 +604,8 @@ def test_by_text_falls_back_when_the_test_texts_differ(tmp_path, capsys):
     assert not any("MC se" in c for c in cells[2:9])
     line = ("- latent_dim=16: seed 1 vs latent_dim=8 seed 1: not comparable (different test texts "
             "(test_texts_sha256 other… vs d1…)); difference of the two runs' values, no interval; "
-            "IW-NLL, −ELBO, KL and PPL (means over the test texts) not differenced on different texts (--allow-mixed-k to difference them)")  # fmt: skip
+            "IW-NLL, −ELBO, KL, PPL (means over texts) not differenced on other texts "
+            "(--allow-mixed-k to difference them)")  # fmt: skip
     assert line in out.splitlines()
     # same digest but not the same rows, or a per-text file gone: also no pairing by text, said why
     write_per_text(b, {k: v[:4] for k, v in BASE_TEXTS.items()}, digest="d1")
@@ -728,7 +729,7 @@ def test_a_difference_to_runs_tested_on_other_texts_has_no_interval(tmp_path, ca
     assert set(out.splitlines()) >= {
         "- other, welch: tested on different texts than the baseline: not comparable "
         "(test_texts_sha256 bbbbbbbbbbbb… vs aaaaaaaaaaaa…); difference of the means, no interval; "
-        "IW-NLL, −ELBO, KL and PPL (means over the test texts) not differenced on different texts (--allow-mixed-k to difference them)",
+        "IW-NLL, −ELBO, KL, PPL (means over texts) not differenced on other texts (--allow-mixed-k to difference them)",
         "- same: paired by seed with base, seeds 1, 2, 3 (n = 3, t(0.975, 2) = 4.303)",
     }
     rc, out, _ = vs_base(capsys, tmp_path, "--format", "json")
@@ -743,7 +744,7 @@ def test_a_difference_to_runs_tested_on_other_texts_has_no_interval(tmp_path, ca
     set_texts(tmp_path, "base", {3: B64})
     rc, out, _ = vs_base(capsys, tmp_path)
     assert md_rows(out)["same"][:4] == ["3", "–", "– (other texts)", "– (other texts)"]
-    refused = "; IW-NLL, −ELBO, KL and PPL (means over the test texts) not differenced on different texts (--allow-mixed-k to difference them)"
+    refused = "; IW-NLL, −ELBO, KL, PPL (means over texts) not differenced on other texts (--allow-mixed-k to difference them)"
     assert out.splitlines()[-4:] == [
         "",
         "- other, welch: tested on different texts than the baseline: not comparable "
@@ -771,7 +772,8 @@ def test_a_row_of_several_runs_against_one_baseline_run_names_the_runs_left_out(
     assert out.splitlines()[-1] == (
         "- max: seed 1 vs base seed 1: not comparable (different test texts (test_texts_sha256 bbbbbbbbbbbb… vs "
         "aaaaaaaaaaaa…)); difference of the two runs' values, no interval; 2 run(s) without a partner of the same seed "
-        "left out (seeds 2, 3); IW-NLL, −ELBO, KL and PPL (means over the test texts) not differenced on different texts (--allow-mixed-k to difference them)"
+        "left out (seeds 2, 3); IW-NLL, −ELBO, KL, PPL (means over texts) not differenced on other texts "
+        "(--allow-mixed-k to difference them)"
     )
     # one run against a baseline of several: the baseline row shows all of them; the line is as before
     shutil.rmtree(tmp_path / "yahoo")

@@ -266,13 +266,14 @@ def test_a_retest_is_labelled_by_its_checkpoints_training_settings(tmp_path, cap
     assert [r["label"] for r in doc["rows"]] == ["pooling=last", "pooling=max, test_iw_samples=1000"]
     assert doc["rows"][1]["runs"][0]["retest"] == {"checkpoint": str(trained_max / "checkpoints" / "best.ckpt"),
                                                    "training_run": str(trained_max)}  # fmt: skip
-    assert any(w.startswith("Re-tests (seqvae test --ckpt_path), grouped and labelled by their checkpoint's") for w in doc["warnings"])
+    head = "Re-tests (seqvae test --ckpt_path), grouped and labelled by their checkpoint's"
+    assert any(w.startswith(head) for w in doc["warnings"])
     # the training run is not here (another machine's path): the model's settings and the test's own only
     shutil.rmtree(trained_max)
     rc, out, _ = run_compare(capsys, last, retest, "--format", "json")
     doc = json.loads(out)
-    assert [r["label"] for r in doc["rows"]] == ["pooling=last",
-                                                 "pooling=max, test_iw_samples=1000, re-test, training run not found"]  # fmt: skip
+    labels = ["pooling=last", "pooling=max, test_iw_samples=1000, re-test, training run not found"]
+    assert [r["label"] for r in doc["rows"]] == labels
     assert any(w.startswith("Re-tests whose checkpoint's training run is not here") for w in doc["warnings"])
 
 
@@ -300,7 +301,7 @@ def test_rows_and_differences_that_mix_thread_counts_are_marked(tmp_path, capsys
     assert rc == 0
     rows = {line.split(" | ")[0].strip("| "): line.split(" | ")[1] for line in out.splitlines()[2:6]}
     assert rows == {"base": "3", "mixed": "3‡", "one": "3", "two": "3"}
-    assert "- ‡ mixed: its runs used different torch thread counts (1 ×2, 2 ×1 runs); results depend on the thread count" in out
+    assert "- ‡ mixed: its runs used different torch thread counts (1 ×2, 2 ×1 runs); results depend on the thread" in out
     rc, out, _ = vs_base(capsys, tmp_path)
     assert [md_rows(out)[k][0] for k in ("base (baseline)", "mixed", "one", "two")] == ["3", "3‡", "3", "3‡"]
     assert ("- ‡ two: the difference to base mixes torch thread counts (rows two 2 ×3; baseline 1 ×3)") in out
@@ -320,7 +321,8 @@ def test_runs_without_provenance_are_named_under_the_table(tmp_path, capsys):
         edit(tmp_path, variant, seed, provenance=None)
     edit(tmp_path, "b", 1, provenance=None, seeds={"seed_everything": 1})  # seeds recorded: its provenance is partial, not none
     rc, out, _ = run_compare(capsys, f"{tmp_path}/yahoo/*/seed*", "--label", "dir")
-    head = "- No provenance (metrics.json records no git commit and no seeds: the code and seeds that made them are not in their files): "
+    head = ("- No provenance (metrics.json records no git commit and no seeds: the code and seeds that made them are not "
+            "in their files): ")
     assert rc == 0 and [x for x in footnotes(out) if x.startswith(head)] == [head + "a; b (seed2)"]
     edit(tmp_path, "b", 1, seeds=None)
     rc, out, _ = run_compare(capsys, f"{tmp_path}/yahoo/*/seed*", "--label", "dir")

@@ -97,7 +97,8 @@ def judge(g: dict, base: dict, diff: dict, line: str, allow_mixed_k: bool, resol
                      "so their difference is not the NLL difference (--allow-mixed-k to difference them)")  # fmt: skip
     if other_texts and not allow_mixed_k:
         refuse(diff, "other texts", "tested on different texts", PER_TEXT_METRICS)
-        line += "; IW-NLL, −ELBO, KL and PPL (means over the test texts) not differenced on different texts (--allow-mixed-k to difference them)"
+        line += ("; IW-NLL, −ELBO, KL, PPL (means over texts) not differenced on other texts "
+                 "(--allow-mixed-k to difference them)")
     needed, wanted = [], []
     for mid, d in diff.items():
         d["degenerate"] = True if degenerate(d) else None

@@ -37,7 +37,16 @@ import json
 import sys
 from pathlib import Path
 
-from seqvae.analysis.cells import BY_TEXT_NOTE, DEGENERATE_NOTE, SEEDS_NOTE, add_differences, cell_of, diff_cell, seeds_needed, stat_cell  # noqa: F401
+from seqvae.analysis.cells import (  # noqa: F401  (re-exported: compare's API)
+    BY_TEXT_NOTE,
+    DEGENERATE_NOTE,
+    SEEDS_NOTE,
+    add_differences,
+    cell_of,
+    diff_cell,
+    seeds_needed,
+    stat_cell,
+)
 from seqvae.analysis.labels import (  # noqa: F401  (re-exported: compare's API)
     COMMON_LABEL,
     common_settings_note,

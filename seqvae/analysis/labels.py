@@ -76,7 +76,9 @@ def short_names(keys: list[str]) -> dict[str, str]:
 
 def varying_keys(groups: list[dict], field: str = "config") -> list[str]:
     keys = sorted({k for g in groups for k in g[field]})
-    values = lambda k: {json.dumps(g[field].get(k, "<absent>"), default=str) for g in groups if not lm_lacks(g[field], k)}  # noqa: E731
+    def values(k: str) -> set[str]:
+        return {json.dumps(g[field].get(k, "<absent>"), default=str) for g in groups if not lm_lacks(g[field], k)}
+
     return [k for k in keys if len(values(k)) > 1]
 
 

@@ -57,7 +57,8 @@ def provenance_note(groups: list[dict]) -> list[str]:
     for g in groups:
         bare = [r for r in g["runs"] if no_provenance(r)]
         if bare:
-            which.append(g["label"] if len(bare) == len(g["runs"]) else f"{g['label']} ({', '.join(r['path'].name for r in bare)})")
+            some = f" ({', '.join(r['path'].name for r in bare)})" if len(bare) < len(g["runs"]) else ""
+            which.append(g["label"] + some)
     if not which:
         return []
     every = len(which) == len(groups) and all(no_provenance(r) for g in groups for r in g["runs"])
