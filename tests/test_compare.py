@@ -225,8 +225,8 @@ def test_labels_name_every_varying_key(tmp_path, capsys):
     rc, out, _ = run_compare(capsys, f"{tmp_path}/yahoo/*/seed1", "--format", "json")
     assert rc == 0
     assert [r["label"] for r in json.loads(out)["rows"]] == [
-        "kl_schedule=LinearKLWarmup, start=0.1, warmup_epochs=10.0, latent_dim=16",
-        "kl_schedule=CyclicalKL, cycles=4, latent_dim=32",
+        "kl_schedule=LinearKLWarmup(start=0.1, warmup_epochs=10), latent_dim=16",
+        "kl_schedule=CyclicalKL(cycles=4), latent_dim=32",
     ]
 
 
@@ -239,11 +239,11 @@ def test_labels_name_only_where_a_row_departs_from_most_rows(tmp_path, capsys):
     rc, out, _ = run_compare(capsys, f"{tmp_path}/yahoo/*/seed1")
     assert rc == 0
     labels = [line.split(" | ")[0].strip("| ") for line in out.splitlines()[2:6]]
-    assert labels == ["common settings", "kl_schedule=CyclicalKL, cycles=4", "pooling=last", "latent_dim=16"]
+    assert labels == ["common settings", "kl_schedule=CyclicalKL(cycles=4)", "pooling=last", "latent_dim=16"]
     note = out.splitlines()[7]
     assert note == (
         "- Rows are labelled by where they differ from the settings most rows share (common settings): "
-        "kl_schedule=LinearKLWarmup, start=0.1, warmup_epochs=10.0, latent_dim=32, pooling=max"
+        "kl_schedule=LinearKLWarmup(start=0.1, warmup_epochs=10), latent_dim=32, pooling=max"
     )
 
 
@@ -598,12 +598,14 @@ def test_by_text_falls_back_when_the_test_texts_differ(tmp_path, capsys):
     assert rc == 0 and err == ""
     cells = md_rows(out)["latent_dim=16"]
     # metrics.json values, named not comparable, with no Monte-Carlo s.e. that would read as their error
-    # IW-NLL is not differenced across other texts (issue 35); −ELBO and KL show their values' difference
-    assert cells[:5] == ["1", "one run each", "– (other texts)", "+2.00 (not comparable)", "+0.00 (not comparable)"]
+    # no mean over the test texts is differenced across other texts (IW-NLL: issue 35; −ELBO, KL: issue 45)
+    assert cells[:5] == ["1", "one run each", "– (other texts)", "– (other texts)", "– (other texts)"]
+    assert cells[5] == "+0.00 (not comparable)"  # MI
     assert not any("MC se" in c for c in cells[2:9])
     line = ("- latent_dim=16: seed 1 vs latent_dim=8 seed 1: not comparable (different test texts "
             "(test_texts_sha256 other… vs d1…)); difference of the two runs' values, no interval; "
-            "IW-NLL and PPL not differenced on different texts (--allow-mixed-k to difference them)")  # fmt: skip
+            "IW-NLL, −ELBO, KL, PPL (means over texts) not differenced on other texts "
+            "(--allow-mixed-k to difference them)")  # fmt: skip
     assert line in out.splitlines()
     # same digest but not the same rows, or a per-text file gone: also no pairing by text, said why
     write_per_text(b, {k: v[:4] for k, v in BASE_TEXTS.items()}, digest="d1")
@@ -722,26 +724,27 @@ def test_a_difference_to_runs_tested_on_other_texts_has_no_interval(tmp_path, ca
     assert rc == 0 and err == ""
     rows = md_rows(out)
     assert rows["same"][:3] == ["3", "seed, n=3", "+2.00 [-0.48, +4.48]"]
-    assert rows["other"][:4] == ["3", "–", "– (other texts)", "+16.00 (n/a)"]  # −ELBO 117.33 − 101.33; no interval
+    assert rows["other"][:4] == ["3", "–", "– (other texts)", "– (other texts)"]  # not −ELBO 117.33 − 101.33 either
     assert rows["welch"][:3] == ["2", "–", "– (other texts)"]
-    assert out.splitlines()[-3:-1] == [  # then why "same"'s MI "+0.00 on every seed" has no interval
+    assert set(out.splitlines()) >= {
         "- other, welch: tested on different texts than the baseline: not comparable "
         "(test_texts_sha256 bbbbbbbbbbbb… vs aaaaaaaaaaaa…); difference of the means, no interval; "
-        "IW-NLL and PPL not differenced on different texts (--allow-mixed-k to difference them)",
+        "IW-NLL, −ELBO, KL, PPL (means over texts) not differenced on other texts (--allow-mixed-k to difference them)",
         "- same: paired by seed with base, seeds 1, 2, 3 (n = 3, t(0.975, 2) = 4.303)",
-    ]
+    }
     rc, out, _ = vs_base(capsys, tmp_path, "--format", "json")
     other = next(r for r in json.loads(out)["rows"] if r["label"] == "other")
-    assert other["paired_by"] == "–" and other["difference"]["neg_elbo"] == {
-        **compare.DIFF_KEYS, "diff": pytest.approx(16.0), "why": "tested on different texts than the baseline"
-    }  # fmt: skip
     refused = "other texts — not differenced: tested on different texts"
+    assert other["paired_by"] == "–" and other["difference"]["neg_elbo"] == {**compare.DIFF_KEYS, "why": refused}
+    assert other["difference"]["mi"] == {
+        **compare.DIFF_KEYS, "diff": pytest.approx(0.0), "why": "tested on different texts than the baseline"
+    }  # fmt: skip
     assert other["difference"]["iw_nll"] == {**compare.DIFF_KEYS, "why": refused}
     # a baseline whose own runs mix test sets: no difference to it has an interval, and the row is named
     set_texts(tmp_path, "base", {3: B64})
     rc, out, _ = vs_base(capsys, tmp_path)
-    assert md_rows(out)["same"][:4] == ["3", "–", "– (other texts)", "+2.00 (n/a)"]
-    refused = "; IW-NLL and PPL not differenced on different texts (--allow-mixed-k to difference them)"
+    assert md_rows(out)["same"][:4] == ["3", "–", "– (other texts)", "– (other texts)"]
+    refused = "; IW-NLL, −ELBO, KL, PPL (means over texts) not differenced on other texts (--allow-mixed-k to difference them)"
     assert out.splitlines()[-4:] == [
         "",
         "- other, welch: tested on different texts than the baseline: not comparable "
@@ -769,7 +772,8 @@ def test_a_row_of_several_runs_against_one_baseline_run_names_the_runs_left_out(
     assert out.splitlines()[-1] == (
         "- max: seed 1 vs base seed 1: not comparable (different test texts (test_texts_sha256 bbbbbbbbbbbb… vs "
         "aaaaaaaaaaaa…)); difference of the two runs' values, no interval; 2 run(s) without a partner of the same seed "
-        "left out (seeds 2, 3); IW-NLL and PPL not differenced on different texts (--allow-mixed-k to difference them)"
+        "left out (seeds 2, 3); IW-NLL, −ELBO, KL, PPL (means over texts) not differenced on other texts "
+        "(--allow-mixed-k to difference them)"
     )
     # one run against a baseline of several: the baseline row shows all of them; the line is as before
     shutil.rmtree(tmp_path / "yahoo")
@@ -795,13 +799,18 @@ def test_commit_warning_is_one_line(tmp_path, capsys):
     no_prov = metrics(100.0, 60.0)
     del no_prov["provenance"]
     make_run(tmp_path, "c", 1, no_prov, latent_dim=32)
+    warning = ("seqvae compare: warning: runs come from 3 commits (aaaaaaa ×2, bbbbbbb+dirty ×1, unknown ×1); "
+               "unknown: metrics.json has no provenance; +dirty: with uncommitted changes\n")  # fmt: skip
+    # the rows of runs without provenance (no commit, no seeds: issue 50) are named under the table
+    note = ("No provenance (metrics.json records no git commit and no seeds: the code and seeds that made them are not "
+            "in their files): latent_dim=32")  # fmt: skip
     for fmt in ("markdown", "csv", "json"):
         rc, out, err = run_compare(capsys, f"{tmp_path}/yahoo/*/seed*", "--format", fmt)
         assert rc == 0
-        assert err == ("seqvae compare: warning: runs come from 3 commits (aaaaaaa ×2, bbbbbbb+dirty ×1, unknown ×1); "
-                       "unknown: metrics.json has no provenance; +dirty: with uncommitted changes\n")  # fmt: skip
+        assert err == warning + (f"seqvae compare: {note}\n" if fmt == "csv" else "")
+        assert (f"- {note}" in out.splitlines()) is (fmt == "markdown")
     doc = json.loads(out)
-    assert doc["warnings"] == [err.removeprefix("seqvae compare: warning: ").rstrip("\n")]
+    assert doc["warnings"] == [warning.removeprefix("seqvae compare: warning: ").rstrip("\n"), note]
     runs = {Path(r["path"]).parent.name: r for row in doc["rows"] for r in row["runs"]}
     assert runs["a"]["provenance"] == prov("a" * 40) and runs["c"]["provenance"] is None
 
@@ -843,7 +852,8 @@ def test_csv_with_baseline(tmp_path, capsys):
     assert rows["base"]["baseline"] == "1" and rows["base"]["iw_nll_diff_mean"] == ""
     assert rows["b"]["baseline"] == "0" and float(rows["b"]["iw_nll_diff_mean"]) == 6.0
     assert float(rows["b"]["iw_nll_diff_lo"]) == pytest.approx(6 - T2 / math.sqrt(3)) and rows["b"]["iw_nll_diff_n"] == "3"
-    first, flat = err.splitlines()  # the pairing line, then why MI's "+0.00 on every seed" has no interval
+    first, seeds, flat = err.splitlines()  # the pairing line, seeds needed, why MI's "+0.00 on every seed" has no interval
+    assert seeds.startswith("seqvae compare: seeds needed for a 95% interval by seed of the IW-NLL") and seeds.endswith(": b 3")
     assert first == "seqvae compare: b: paired by seed with base, seeds 1, 2, 3 (n = 3, t(0.975, 2) = 4.303)"
     assert flat.startswith("seqvae compare: on every seed (n/n): every paired difference was the same")
 

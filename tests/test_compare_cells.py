@@ -8,6 +8,9 @@ import math
 import statistics
 
 import pytest
+import shutil
+import yaml
+from pathlib import Path
 from test_compare import T2, diff_runs, make_run, md_rows, metrics, run_compare, set_texts, text_pair, vs_base
 
 from seqvae import compare
@@ -130,7 +133,7 @@ def test_mixed_k_is_not_differenced_on_iw_nll_unless_allowed(tmp_path, capsys):
     cells = md_rows(out)["k100"]
     assert cells[2] == "– (K 100 vs 500)" and cells[-1] == "– (K 100 vs 500)"  # IW-NLL and PPL
     assert cells[3] == "+2.00 [-0.48, +4.48]"  # −ELBO does not depend on K
-    (line,) = [x for x in footnotes(out) if x.startswith("- k100: ")]
+    (line,) = [x for x in footnotes(out) if x.startswith("- k100: ") and "seeds needed" not in x]
     assert "IW-NLL and PPL not differenced: K = 100 vs 500 importance samples" in line
     assert "finite-K bias" in line and "--allow-mixed-k" in line
     rc, out, _ = vs_base(capsys, tmp_path, "--format", "json")
@@ -138,7 +141,7 @@ def test_mixed_k_is_not_differenced_on_iw_nll_unless_allowed(tmp_path, capsys):
     assert d["diff"] is None and d["lo"] is None and "K 100 vs 500" in d["why"]
     rc, out, _ = vs_base(capsys, tmp_path, "--allow-mixed-k")
     assert rc == 0 and md_rows(out)["k100"][2] == "+2.00 [-0.48, +4.48]"
-    (line,) = [x for x in footnotes(out) if x.startswith("- k100: ")]
+    (line,) = [x for x in footnotes(out) if x.startswith("- k100: ") and "seeds needed" not in x]
     assert "IW-NLL with different K (100 vs 500 importance samples" in line and "--allow-mixed-k" in line
 
 
@@ -148,7 +151,9 @@ def test_other_texts_are_not_differenced_on_iw_nll_unless_allowed(tmp_path, caps
     diff_runs(tmp_path, "other", {1: 115.0, 2: 117.0, 3: 120.0}, latent_dim=32)
     set_texts(tmp_path, "other", {1: "b" * 64, 2: "b" * 64, 3: "b" * 64})
     rc, out, _ = vs_base(capsys, tmp_path)
-    assert md_rows(out)["other"][:4] == ["3", "–", "– (other texts)", "+16.00 (n/a)"]
+    # no mean over test texts (IW-NLL, −ELBO, KL, PPL) is differenced across texts (issue 45); MI, AU are
+    assert md_rows(out)["other"][:6] == ["3", "–", "– (other texts)", "– (other texts)", "– (other texts)", "+0.00 (n/a)"]
+    assert md_rows(out)["other"][8] == "– (other texts)"
     rc, out, _ = vs_base(capsys, tmp_path, "--allow-mixed-k")
     assert md_rows(out)["other"][:4] == ["3", "–", "+16.00 (n/a)", "+16.00 (n/a)"]
 
@@ -168,8 +173,12 @@ def test_seeds_needed_in_the_output_and_json(tmp_path, capsys):
     rc, out, _ = vs_base(capsys, tmp_path, "--resolve", "0.5")
     assert rc == 0
     (line,) = [x for x in footnotes(out) if x.startswith("- a: seeds needed")]
-    assert "IW-NLL 4, −ELBO 4" in line and "a difference of 0.5: IW-NLL 18, −ELBO 18" in line
-    assert "planning estimate" in line
+    assert line == "- a: seeds needed: IW-NLL 4, −ELBO 4; for a difference of 0.5: IW-NLL 18, −ELBO 18"
+    assert f"- {compare.SEEDS_NOTE}" in footnotes(out) and "planning estimate" in compare.SEEDS_NOTE
+    rc, out, _ = vs_base(capsys, tmp_path)  # without --resolve too (issue 50): the observed difference's
+    assert [x for x in footnotes(out) if "seeds needed" in x] == [
+        "- seeds needed for a 95% interval by seed of the IW-NLL difference to exclude 0, at the observed difference and "
+        "paired s.d. (a planning estimate, not a power calculation; every metric's: --format json or --resolve X): a 4"]
     rc, out, _ = vs_base(capsys, tmp_path, "--resolve", "0.5", "--format", "json")
     doc = json.loads(out)
     d = next(r for r in doc["rows"] if r["label"] == "a")["difference"]
@@ -177,3 +186,144 @@ def test_seeds_needed_in_the_output_and_json(tmp_path, capsys):
     assert d["mi"]["seeds_needed"] is None  # degenerate (0 on every seed): no s.d. to plan with
     assert doc["resolve"] == 0.5
     assert T2 * 1.0 / math.sqrt(3) > 2 > 3.182446305 / 2  # 3 seeds do not resolve it, 4 would
+
+
+# ---------------------------------------------------------------- issue 45 (9): labels, empty directories
+
+
+def test_labels_name_a_strategy_and_its_arguments_once_and_the_lm_as_lm(tmp_path, capsys):
+    freebits = {"class_path": "seqvae.FreeBits", "init_args": {"target": 8.0}}
+    cosine = [{"class_path": "seqvae.CosineDispersion", "init_args": {"weight": 1.0}}]
+    make_run(tmp_path, "last", 1, metrics(100.0, 60.0), pooling="last", kl_penalty=None, regularizers=None)
+    make_run(tmp_path, "last2", 2, metrics(100.0, 60.0), pooling="last", kl_penalty=None, regularizers=None)
+    make_run(tmp_path, "freebits", 1, metrics(99.0, 60.0), pooling="last", kl_penalty=freebits, regularizers=None)
+    make_run(tmp_path, "cosine", 1, metrics(98.0, 60.0), pooling="last", kl_penalty=None, regularizers=cosine)
+    make_run(tmp_path, "lm", 1, metrics(97.0, 60.0), pooling="last", latent_dim=0, kl_penalty=None, regularizers=None)
+    rc, out, _ = run_compare(capsys, f"{tmp_path}/yahoo/*/seed*", "--format", "json")
+    assert rc == 0
+    labels = sorted(r["label"] for r in json.loads(out)["rows"])
+    assert labels == ["LM", "common settings", "kl_penalty=FreeBits(target=8)", "regularizers=CosineDispersion(weight=1)"]
+
+
+def test_label_dir_tells_apart_configs_in_one_directory(tmp_path, capsys):
+    for version, k in enumerate((1, 10, 100, 1000)):  # `seqvae test` K scan: runs/kscan/version_N
+        run = make_run(tmp_path, "kscan", 1, metrics(115.0 - version, 60.0), test_iw_samples=k)
+        run.rename(run.parent / f"version_{version}")
+    rc, out, _ = run_compare(capsys, f"{tmp_path}/yahoo/kscan/version_*", "--label", "dir", "--format", "json")
+    assert rc == 0
+    labels = [r["label"] for r in json.loads(out)["rows"]]
+    assert labels == [f"kscan: test_iw_samples={k}" for k in (1, 10, 100, 1000)]
+
+
+def test_a_glob_skips_empty_and_failed_directories_with_a_note(tmp_path, capsys):
+    diff_runs(tmp_path, "max", {1: 100.0, 2: 102.0}, latent_dim=8)
+    (tmp_path / "yahoo" / "max" / "seed3").mkdir()  # empty
+    (tmp_path / "yahoo" / "max" / "failed-seed4").mkdir()  # what a sweep leaves of a failed cell
+    (tmp_path / "yahoo" / "max" / "failed-seed4" / "sweep.log").write_text("Traceback ...\n")
+    rc, out, err = run_compare(capsys, f"{tmp_path}/yahoo/max/*", "--format", "json")
+    assert rc == 0, err
+    assert json.loads(out)["rows"][0]["n"] == 2
+    assert err.startswith("seqvae compare: skipped 2 directories without metrics.json (predict, unfinished, failed or empty): ")
+    assert "failed-seed4" in err and "seed3" in err
+    rc, _, err = run_compare(capsys, tmp_path / "yahoo" / "max" / "seed3")  # named on its own: still refused
+    assert rc == 2 and "not a run directory (no config.yaml or metrics.json)" in err
+
+
+# ---------------------------------------------------------------- issue 45 (5): re-tests
+
+
+def retest_of(trained: Path, where: Path, **model) -> Path:
+    """What `seqvae test --ckpt_path <trained>/checkpoints/best.ckpt` writes: the model's settings as the
+    checkpoint saved them, the test command's defaults for the rest, metrics.json naming the checkpoint."""
+    config = yaml.safe_load((trained / "config.yaml").read_text())
+    config["checkpoint"]["monitor"] = "val/loss"  # the command's defaults, not how the checkpoint was trained
+    config["plateau"]["patience"] = 2
+    config["data"]["max_vocab"] = None
+    config["model"].update(model)
+    config["ckpt_path"] = str(trained / "checkpoints" / "best.ckpt")
+    where.mkdir(parents=True)
+    (where / "config.yaml").write_text(yaml.safe_dump(config))
+    m = {k: v for k, v in json.loads((trained / "metrics.json").read_text()).items() if k != "fit_seconds"}
+    (where / "metrics.json").write_text(json.dumps(m | {"checkpoint": config["ckpt_path"], "test/iw_nll": 90.0}))
+    return where
+
+
+def trained_run(root: Path, variant: str, **model) -> Path:
+    run = make_run(root, variant, 1, metrics(100.0, 60.0), **model)
+    config = yaml.safe_load((run / "config.yaml").read_text())
+    config["checkpoint"]["monitor"], config["plateau"]["patience"], config["data"]["max_vocab"] = "val/elbo", 5, 20000
+    (run / "config.yaml").write_text(yaml.safe_dump(config))
+    return run
+
+
+def test_a_retest_is_labelled_by_its_checkpoints_training_settings(tmp_path, capsys):
+    last = trained_run(tmp_path, "last", pooling="last")
+    trained_max = trained_run(tmp_path, "max", pooling="max")
+    retest = retest_of(trained_max, tmp_path / "retests" / "max_k1000", test_iw_samples=1000)
+    rc, out, _ = run_compare(capsys, last, retest, "--format", "json")
+    assert rc == 0
+    doc = json.loads(out)
+    assert [r["label"] for r in doc["rows"]] == ["pooling=last", "pooling=max, test_iw_samples=1000"]
+    assert doc["rows"][1]["runs"][0]["retest"] == {"checkpoint": str(trained_max / "checkpoints" / "best.ckpt"),
+                                                   "training_run": str(trained_max)}  # fmt: skip
+    head = "Re-tests (seqvae test --ckpt_path), grouped and labelled by their checkpoint's"
+    assert any(w.startswith(head) for w in doc["warnings"])
+    # the training run is not here (another machine's path): the model's settings and the test's own only
+    shutil.rmtree(trained_max)
+    rc, out, _ = run_compare(capsys, last, retest, "--format", "json")
+    doc = json.loads(out)
+    labels = ["pooling=last", "pooling=max, test_iw_samples=1000, re-test, training run not found"]
+    assert [r["label"] for r in doc["rows"]] == labels
+    assert any(w.startswith("Re-tests whose checkpoint's training run is not here") for w in doc["warnings"])
+
+
+# ---------------------------------------------------------------- issue 45 (6): torch thread counts
+
+
+def set_threads(root: Path, variant: str, threads: dict[int, int]) -> None:
+    for seed, n in threads.items():
+        path = root / "yahoo" / variant / f"seed{seed}" / "metrics.json"
+        m = json.loads(path.read_text())
+        m["provenance"]["torch_threads"] = n
+        path.write_text(json.dumps(m))
+
+
+def test_rows_and_differences_that_mix_thread_counts_are_marked(tmp_path, capsys):
+    diff_runs(tmp_path, "base", {1: 100.0, 2: 101.0, 3: 103.0}, latent_dim=8)
+    set_threads(tmp_path, "base", {1: 1, 2: 1, 3: 1})
+    diff_runs(tmp_path, "two", {1: 102.0, 2: 104.0, 3: 104.0}, latent_dim=16)
+    set_threads(tmp_path, "two", {1: 2, 2: 2, 3: 2})
+    diff_runs(tmp_path, "mixed", {1: 102.0, 2: 104.0, 3: 104.0}, latent_dim=32)
+    set_threads(tmp_path, "mixed", {1: 1, 2: 2, 3: 1})
+    diff_runs(tmp_path, "one", {1: 102.0, 2: 104.0, 3: 104.0}, latent_dim=64)
+    set_threads(tmp_path, "one", {1: 1, 2: 1, 3: 1})
+    rc, out, _ = run_compare(capsys, f"{tmp_path}/yahoo/*/seed*", "--label", "dir")
+    assert rc == 0
+    rows = {line.split(" | ")[0].strip("| "): line.split(" | ")[1] for line in out.splitlines()[2:6]}
+    assert rows == {"base": "3", "mixed": "3‡", "one": "3", "two": "3"}
+    assert "- ‡ mixed: its runs used different torch thread counts (1 ×2, 2 ×1 runs); results depend on the thread" in out
+    rc, out, _ = vs_base(capsys, tmp_path)
+    assert [md_rows(out)[k][0] for k in ("base (baseline)", "mixed", "one", "two")] == ["3", "3‡", "3", "3‡"]
+    assert ("- ‡ two: the difference to base mixes torch thread counts (rows two 2 ×3; baseline 1 ×3)") in out
+    rc, out, _ = vs_base(capsys, tmp_path, "--format", "json")
+    rows = {r["label"]: r for r in json.loads(out)["rows"]}
+    assert rows["mixed"]["torch_threads"] == [1, 2] and rows["two"]["difference_mixes_threads"] is True
+    assert rows["one"]["difference_mixes_threads"] is False
+
+
+# ---------------------------------------------------------------- issue 50 (5): runs without provenance
+
+
+def test_runs_without_provenance_are_named_under_the_table(tmp_path, capsys):
+    diff_runs(tmp_path, "a", {1: 100.0, 2: 101.0}, latent_dim=8)
+    diff_runs(tmp_path, "b", {1: 100.0, 2: 101.0}, latent_dim=16)
+    for variant, seed in (("a", 1), ("a", 2), ("b", 2)):  # from before provenance and seeds were recorded
+        edit(tmp_path, variant, seed, provenance=None)
+    edit(tmp_path, "b", 1, provenance=None, seeds={"seed_everything": 1})  # seeds recorded: its provenance is partial, not none
+    rc, out, _ = run_compare(capsys, f"{tmp_path}/yahoo/*/seed*", "--label", "dir")
+    head = ("- No provenance (metrics.json records no git commit and no seeds: the code and seeds that made them are not "
+            "in their files): ")
+    assert rc == 0 and [x for x in footnotes(out) if x.startswith(head)] == [head + "a; b (seed2)"]
+    edit(tmp_path, "b", 1, seeds=None)
+    rc, out, _ = run_compare(capsys, f"{tmp_path}/yahoo/*/seed*", "--label", "dir")
+    assert [x for x in footnotes(out) if x.startswith(head)] == [head + "every run"]

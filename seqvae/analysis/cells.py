@@ -15,6 +15,8 @@ from seqvae.analysis.runs import HEADER, MISSING
 
 COUNTS = ("au",)  # metrics that count (active units): their differences are counts of units
 IW_METRICS = ("iw_nll", "iw_ppl")  # what the number of importance samples K biases
+# means over test texts: a difference of them across different texts is a difference of corpora
+PER_TEXT_METRICS = ("iw_nll", "neg_elbo", "kl", "iw_ppl")
 UNIT = {"seed": "seed", "text": "text", "welch": "run"}
 REFUSED = " — not differenced: "  # a refused cell's why: "<short> — not differenced: <reason>"
 Z975 = statistics.NormalDist().inv_cdf(0.975)
@@ -29,6 +31,14 @@ DEGENERATE_NOTE = (
     "the difference held on each seed compared, which is not a known effect beyond those seeds "
     "(AU is a count: a shift of whole units on every seed is common when both sides sit at 0 or at the latent size)"
 )
+SEEDS_NOTE = (
+    "seeds needed: the smallest number of seeds at which a 95% interval by seed would exclude 0, at the observed mean "
+    "difference (or the one --resolve names) and paired s.d.; a planning estimate: it takes the observed s.d. as known, "
+    "not a power calculation"
+)
+COMPACT_SEEDS = ("seeds needed for a 95% interval by seed of the {} difference to exclude 0, at the observed difference and "
+                 "paired s.d. (a planning estimate, not a power calculation; every metric's: --format json or --resolve X)")
+SEEDS_METRIC = "iw_nll"  # the one whose seeds needed every table shows (all are in JSON, and per row with --resolve)
 
 
 def seeds_needed(d: float, s: float) -> int | None:
@@ -66,8 +76,8 @@ def ks(runs: list[dict]) -> str:
     return "/".join(map(str, sorted({k for k in map(k_of, runs) if k is not None})))
 
 
-def refuse(diff: dict, short: str, reason: str) -> None:
-    for mid in IW_METRICS:
+def refuse(diff: dict, short: str, reason: str, metrics: tuple[str, ...] = IW_METRICS) -> None:
+    for mid in metrics:
         diff[mid] = {"diff": None, "why": f"{short}{REFUSED}{reason}"}
 
 
@@ -85,9 +95,10 @@ def judge(g: dict, base: dict, diff: dict, line: str, allow_mixed_k: bool, resol
             line += (f"; IW-NLL and PPL not differenced: K = {ka} vs {kb} importance samples, and the finite-K bias "
                      "of IW-NLL (−ELBO − IW-NLL shrinks with K by a model-dependent amount) differs between the sides, "
                      "so their difference is not the NLL difference (--allow-mixed-k to difference them)")  # fmt: skip
-    if other_texts and not allow_mixed_k and diff["iw_nll"].get("diff") is not None:
-        refuse(diff, "other texts", "tested on different texts")
-        line += "; IW-NLL and PPL not differenced on different texts (--allow-mixed-k to difference them)"
+    if other_texts and not allow_mixed_k:
+        refuse(diff, "other texts", "tested on different texts", PER_TEXT_METRICS)
+        line += ("; IW-NLL, −ELBO, KL, PPL (means over texts) not differenced on other texts "
+                 "(--allow-mixed-k to difference them)")
     needed, wanted = [], []
     for mid, d in diff.items():
         d["degenerate"] = True if degenerate(d) else None
@@ -98,11 +109,11 @@ def judge(g: dict, base: dict, diff: dict, line: str, allow_mixed_k: bool, resol
             needed += [f"{HEADER[mid]} {d['seeds_needed']}"] if d["seeds_needed"] else []
             wanted += [f"{HEADER[mid]} {d['seeds_needed_resolve']}"] if d["seeds_needed_resolve"] else []
         diff[mid] = {**DIFF_KEYS, **d, "excludes_zero": None if d["degenerate"] else excludes_zero(d)}
-    if resolve is None or not (needed or wanted):  # the footnote is asked for; JSON always has the numbers
+    if resolve is None:  # the compact line of add_differences names this row's SEEDS_METRIC figure
         return line, ""
-    seeds = (f"{g['label']}: seeds needed for a 95% interval by seed that excludes 0, at the observed mean difference "
-             f"and paired s.d. (a planning estimate: it takes the observed s.d. as known; not a power calculation): "
-             f"{', '.join(needed) or 'none'}")  # fmt: skip
+    if not (needed or wanted):
+        return line, ""
+    seeds = f"{g['label']}: seeds needed: {', '.join(needed) or 'none'}"
     if resolve is not None:
         seeds += f"; for a difference of {resolve:g}: {', '.join(wanted) or 'none'}"
     return line, seeds
@@ -125,7 +136,11 @@ def add_differences(groups: list[dict], allow_mixed_k: bool = False, resolve: fl
         seeds_lines += [seeds] if seeds else []
         by_text |= any(d["by"] == "text" for d in diff.values())
         flat |= any(d.get("degenerate") for d in diff.values())
-    notes = [BY_TEXT_NOTE] * by_text + [DEGENERATE_NOTE] * flat
+    compact = [f"{g['label']} {g['difference'][SEEDS_METRIC]['seeds_needed']}" for g in groups
+               if g is not base and g["difference"][SEEDS_METRIC].get("seeds_needed")]  # fmt: skip
+    if resolve is None and compact:
+        seeds_lines = [f"{COMPACT_SEEDS.format(HEADER[SEEDS_METRIC])}: {', '.join(compact)}"]
+    notes = [BY_TEXT_NOTE] * by_text + [DEGENERATE_NOTE] * flat + [SEEDS_NOTE] * (bool(seeds_lines) and resolve is not None)
     return [f"{', '.join(labels)}: {line}" for line, labels in lines.items()] + seeds_lines + notes
 
 

@@ -37,7 +37,30 @@ import json
 import sys
 from pathlib import Path
 
-from seqvae.analysis.cells import BY_TEXT_NOTE, DEGENERATE_NOTE, add_differences, cell_of, diff_cell, seeds_needed, stat_cell  # noqa: F401
+from seqvae.analysis.cells import (  # noqa: F401  (re-exported: compare's API)
+    BY_TEXT_NOTE,
+    DEGENERATE_NOTE,
+    SEEDS_NOTE,
+    add_differences,
+    cell_of,
+    diff_cell,
+    seeds_needed,
+    stat_cell,
+)
+from seqvae.analysis.labels import (  # noqa: F401  (re-exported: compare's API)
+    COMMON_LABEL,
+    common_settings_note,
+    common_values,
+    config_label,
+    config_labels,
+    dir_label,
+    label_config,
+    short_names,
+    show,
+    unique_dir_labels,
+    varying_keys,
+)
+from seqvae.analysis.run_notes import THREADS_MARK, mixed_threads, provenance_note, retest_note, thread_counts, thread_notes
 from seqvae.analysis.differences import DIFF_KEYS, DIFF_METRICS, MC_SE, t975  # noqa: F401  (t975: API)
 from seqvae.analysis.plots import plot, read_curves, y_scale  # noqa: F401  (re-exported: compare's API)
 from seqvae.analysis.runs import (  # noqa: F401  (re-exported: compare's API)
@@ -62,30 +85,6 @@ from seqvae.analysis.runs import (  # noqa: F401  (re-exported: compare's API)
     texts_digests,
     write_curves,
 )
-
-
-def show(key: str, value) -> str:
-    if key.endswith("class_path") and isinstance(value, str):
-        return value.rsplit(".", 1)[-1]
-    return json.dumps(value) if value is None or isinstance(value, (bool, list, dict)) else str(value)
-
-
-def short_names(keys: list[str]) -> dict[str, str]:
-    """Shortest dotted suffix (without class_path/init_args) that tells the varying keys apart."""
-    parts = {k: [p for p in k.split(".") if p not in ("class_path", "init_args")] or [k] for k in keys}
-    depth = {k: 2 if parts[k][-1].isdigit() else 1 for k in keys}
-    while True:
-        names = {k: ".".join(parts[k][-depth[k] :]) for k in keys}
-        clash = [k for k in keys if list(names.values()).count(names[k]) > 1 and depth[k] < len(parts[k])]
-        if not clash:
-            return names
-        for k in clash:
-            depth[k] += 1
-
-
-def varying_keys(groups: list[dict]) -> list[str]:
-    keys = sorted({k for g in groups for k in g["config"]})
-    return [k for k in keys if len({json.dumps(g["config"].get(k, "<absent>"), default=str) for g in groups}) > 1]
 
 
 def by_config(runs: list[dict]) -> list[dict]:
@@ -115,76 +114,17 @@ def group_runs(
         base_groups[0]["baseline"] = True
         out.append(base_groups[0])
     out += by_config(runs)
-    varying = varying_keys(out)
-    names = short_names(varying)
-    common = common_values(out, varying)
-    by_dir = label_by == "dir" or not varying
+    by_dir = label_by == "dir" or not varying_keys(out)
+    if by_dir:
+        for g in out:
+            g["label"] = dir_label(g, 1)
+    else:
+        config_labels(out)
     for g in out:
-        g["label"] = dir_label(g, 1) if by_dir else config_label(g["config"], varying, common, names) or COMMON_LABEL
         g["stats"] = {mid: summarize(g["runs"], key) for mid, _, key, _ in METRICS}
     if label_by == "dir":
         unique_dir_labels(out)
     return out
-
-
-def config_label(config: dict, varying: list[str], common: dict, names: dict) -> str:
-    """Where a row departs from the common settings. A key the row lacks is named too (`key=–`)
-    when most rows set it, or the row would read as "common settings" while differing from them;
-    except the arguments another class would take, once the row's own class is named."""
-    shown = [
-        k for k in varying
-        if (k in common and config.get(k, MISSING) != common[k]) or (k not in common and k in config)
-    ]  # fmt: skip
-    classes = [k[: -len("class_path")] for k in shown if k.endswith("class_path")]
-    shown = [k for k in shown if k in config or not any(k.startswith(c) for c in classes)]
-    return ", ".join(f"{names[k]}={show(k, config.get(k, MISSING))}" for k in shown)
-
-
-def dir_label(group: dict, depth: int) -> str:
-    """The variant directories of a group's runs (`last`), with `depth` - 1 directories above them."""
-    names = ("/".join(r["path"].resolve().parent.parts[-depth:]) for r in group["runs"])
-    return ",".join(dict.fromkeys(names))
-
-
-def unique_dir_labels(groups: list[dict]) -> None:
-    """Two configs in directories of one name (`recipe20/last`, `encoder_width/last`) would share a
-    row label: such rows take the directories above theirs until the labels differ."""
-    for depth in range(2, 6):
-        seen = [g["label"] for g in groups]
-        clash = [g for g in groups if seen.count(g["label"]) > 1]
-        if not clash:
-            return
-        for g in clash:
-            g["label"] = dir_label(g, depth)
-
-
-COMMON_LABEL = "common settings"
-
-
-def common_values(groups: list[dict], keys: list[str]) -> dict:
-    """key -> the value more than half of the groups share, for the keys that have one. A label
-    names only where its row departs from these (15 methods: `pooling=max`, not every key that
-    varies somewhere); a key without a majority value (two rows) is named in every row."""
-    out = {}
-    for k in keys:
-        values = [json.dumps(g["config"].get(k, "<absent>"), sort_keys=True, default=str) for g in groups]
-        top = max(set(values), key=values.count)
-        if values.count(top) * 2 > len(groups) and top != '"<absent>"':
-            out[k] = json.loads(top)
-    return out
-
-
-def common_settings_note(groups: list[dict], label_by: str) -> list[str]:
-    """The footnote that says what the labels leave out: the shared values of the keys that vary."""
-    if label_by == "dir" or len(groups) < 3:
-        return []
-    varying = varying_keys(groups)
-    common = common_values(groups, varying)
-    if not common:
-        return []
-    names = short_names(varying)
-    shared = ", ".join(f"{names[k]}={show(k, v)}" for k, v in common.items())
-    return [f"Rows are labelled by where they differ from the settings most rows share ({COMMON_LABEL}): {shared}"]
 
 
 # ---------------------------------------------------------------- differences to the baseline
@@ -223,6 +163,7 @@ def run_json(r: dict) -> dict:
         "provenance": r["metrics"].get("provenance"),
         "seeds": r["metrics"].get("seeds"),
         "filled_in": r["filled"],
+        "retest": r["retest"],
     }
     if "bn_bound" in r["metrics"]:  # BN-VAE runs that record their bound's check (`bn_bound.py`)
         out["bn_bound"] = r["metrics"]["bn_bound"]
@@ -237,7 +178,8 @@ def unreliable(*groups: dict) -> tuple[str, ...]:
 def render_json(groups: list[dict], pairings: list[str], warnings: list[str], resolve: float | None = None) -> str:
     rows = []
     for g in groups:
-        row = {"label": g["label"], "n": len(g["runs"]), "baseline": g["baseline"], "runs": [run_json(r) for r in g["runs"]]}
+        row = {"label": g["label"], "n": len(g["runs"]), "baseline": g["baseline"], "runs": [run_json(r) for r in g["runs"]],
+               "torch_threads": thread_counts(g["runs"])}
         row.update(g["stats"])
         if unreliable(g):
             row["unreliable"] = list(unreliable(g))
@@ -246,6 +188,7 @@ def render_json(groups: list[dict], pairings: list[str], warnings: list[str], re
             row["pairing"] = g["pairing"]
             row["difference"] = g["difference"]
             base = next(b for b in groups if b["baseline"])
+            row["difference_mixes_threads"] = mixed_threads(g, base)
             for mid in set(unreliable(g, base)) & set(g["difference"]):
                 row["difference"][mid] = {**row["difference"][mid], "unreliable": True}
         rows.append(row)
@@ -292,7 +235,8 @@ def render_table(groups: list[dict]) -> list[str]:
         updates = f"{cells.pop('encoder_updates')} / {cells.pop('decoder_updates')}"
         minutes = cells.pop("train_minutes")
         values = [cells[mid] for mid, _, _ in shown if mid in cells]
-        lines.append(f"| {escape(g['label'])} | {len(g['runs'])} | " + " | ".join([*values, updates, minutes]) + " |")
+        n = f"{len(g['runs'])}{THREADS_MARK * mixed_threads(g)}"
+        lines.append(f"| {escape(g['label'])} | {n} | " + " | ".join([*values, updates, minutes]) + " |")
     return lines
 
 
@@ -320,7 +264,8 @@ def render_differences(groups: list[dict]) -> list[str]:
             cells = [c + BN_MARK * (mid in marked and c != MISSING) for mid, c in zip(shown, cells)]
             label, paired = escape(g["label"]), g["paired_by"]
         cells += [cell(g["stats"][mid], DIGITS[mid]) for mid in se_cols]
-        lines.append(f"| {label} | {len(g['runs'])} | {paired} | " + " | ".join(cells) + " |")
+        n = f"{len(g['runs'])}{THREADS_MARK * mixed_threads(g, base)}"
+        lines.append(f"| {label} | {n} | {paired} | " + " | ".join(cells) + " |")
     return lines
 
 
@@ -373,7 +318,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"seqvae compare: error: {err}", file=sys.stderr)
         return 2
     notes = [*test_texts_notes(groups), *common_settings_note(groups, args.label), *filled_in_notes(groups), *bn_note(groups),
-             *repeated_seed_notes(groups)]  # fmt: skip
+             *repeated_seed_notes(groups), *thread_notes(groups), *retest_note(groups), *provenance_note(groups)]  # fmt: skip
     commits = commit_warning([r for g in groups for r in g["runs"]])
     if commits:
         print(f"seqvae compare: warning: {commits}", file=sys.stderr)

@@ -102,17 +102,68 @@ def as_seed(value) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
+def read_mapping(path: Path, name: str, read) -> dict:
+    try:
+        out = read((path / name).read_text()) or {}
+    except (yaml.YAMLError, json.JSONDecodeError) as err:
+        raise CompareError(f"{path / name}: {' '.join(str(err).split())}") from err
+    if not isinstance(out, dict):
+        raise CompareError(f"{path}: config.yaml and metrics.json must each hold a mapping")
+    return out
+
+
+# A re-test (`seqvae test --ckpt_path`; its metrics.json names the `checkpoint`) decides these keys
+# itself; every other setting is the checkpoint's. Its config.yaml holds the model's settings as
+# the checkpoint saved them, but the test command's defaults for the rest (checkpoint.monitor,
+# data.max_vocab, plateau.patience, ...), which say nothing of how the checkpoint was trained.
+RETEST_OWN = ("data.test", "model.val_iw_samples", "model.test_iw_samples", "model.iw_max_elements", "model.mi_dataset",
+              "model.eval_seed")  # fmt: skip
+
+
+# The key a re-test whose training run is not here carries instead of the settings it cannot know.
+UNKNOWN_TRAINING = "re-test, training run not found"
+
+
+def training_run(checkpoint: str) -> Path | None:
+    """The run directory that wrote `checkpoint` (`<run>/checkpoints/best.ckpt`), when it is here."""
+    ckpt = Path(checkpoint)
+    for run in (ckpt.parent.parent, ckpt.parent):
+        if (run / CONFIG).is_file() and (run / METRICS_FILE).is_file():
+            return run
+    return None
+
+
+def retest_settings(flat: dict, checkpoint: str) -> tuple[dict, str | None]:
+    """A re-test's settings: its checkpoint's training run's, with the re-test's own (RETEST_OWN);
+    without that run, the model's settings (the checkpoint's) and the re-test's own only."""
+    own = {k: v for k, v in flat.items() if k in RETEST_OWN}
+    run = training_run(checkpoint)
+    if run is None:
+        return {**{k: v for k, v in flat.items() if k.startswith("model.")}, **own, UNKNOWN_TRAINING: True}, None
+    trained = {k: v for k, v in settings(read_mapping(run, CONFIG, yaml.safe_load))[0].items() if k not in RETEST_OWN}
+    return {**trained, **own}, str(run)
+
+
 def load_run(path: Path) -> dict:
     missing = [n for n in (CONFIG, METRICS_FILE) if not (path / n).is_file()]
     if missing:
         raise CompareError(f"{path}: not a run directory (no {' or '.join(missing)})")
-    try:
-        config = yaml.safe_load((path / CONFIG).read_text()) or {}
-        metrics = json.loads((path / METRICS_FILE).read_text())
-    except (yaml.YAMLError, json.JSONDecodeError) as err:
-        raise CompareError(f"{path}: {' '.join(str(err).split())}") from err
-    if not isinstance(config, dict) or not isinstance(metrics, dict):
-        raise CompareError(f"{path}: config.yaml and metrics.json must each hold a mapping")
+    config = read_mapping(path, CONFIG, yaml.safe_load)
+    metrics = read_mapping(path, METRICS_FILE, json.loads)
+    flat, filled = settings(config)
+    retest = None
+    if isinstance(metrics.get("checkpoint"), str) and "fit_seconds" not in metrics:
+        flat, trained = retest_settings(flat, metrics["checkpoint"])
+        retest = {"checkpoint": metrics["checkpoint"], "training_run": trained}
+    seeds = metrics.get("seeds") if isinstance(metrics.get("seeds"), dict) else {}
+    seed = as_seed(config.get("seed_everything"))
+    if seed is None:  # `seed_everything: true` draws one; the run records the one it drew
+        seed = as_seed(seeds.get("seed_everything"))
+    return {"path": path, "config": flat, "metrics": metrics, "seed": seed, "filled": filled, "retest": retest}
+
+
+def settings(config: dict) -> tuple[dict, dict]:
+    """A config.yaml's settings that say what a run is, flat, and the defaults filled into an older one."""
     flat = {k: v for k, v in flatten(config).items() if not ignored(k)}
     fold_split_keys(flat)  # `train: F` + `train_lines: 1-8000` (the older form) is `train: F#1-8000`
     if "data.label_column" in flat:  # `true` is the older spelling of `tab`; unset (null) reads as false
@@ -129,11 +180,7 @@ def load_run(path: Path) -> dict:
     if "model" in config:
         filled = {k: v for k, v in DEFAULTS_OF_NEWER_KEYS.items() if k not in flat}
         flat = {**filled, **flat}
-    seeds = metrics.get("seeds") if isinstance(metrics.get("seeds"), dict) else {}
-    seed = as_seed(config.get("seed_everything"))
-    if seed is None:  # `seed_everything: true` draws one; the run records the one it drew
-        seed = as_seed(seeds.get("seed_everything"))
-    return {"path": path, "config": flat, "metrics": metrics, "seed": seed, "filled": filled}
+    return flat, filled
 
 
 def find_runs(patterns: list[str], option: str | None = None) -> list[dict]:
@@ -149,8 +196,8 @@ def find_runs(patterns: list[str], option: str | None = None) -> list[dict]:
     runs, skipped = [], []
     named = {Path(p).resolve() for p in patterns if os.path.isdir(p)}
     for p in paths:
-        if p.resolve() not in named and (p / CONFIG).is_file() and not (p / METRICS_FILE).is_file():
-            skipped.append(p)  # a glob also matches predict runs and unfinished ones
+        if p.resolve() not in named and not (p / METRICS_FILE).is_file():
+            skipped.append(p)  # a glob also matches predict runs, unfinished, failed (`failed-seed2`) and empty ones
             continue
         try:
             runs.append(load_run(p))
@@ -158,7 +205,8 @@ def find_runs(patterns: list[str], option: str | None = None) -> list[dict]:
             raise CompareError(f"{where}{err}") from None
     if skipped:
         names = ", ".join(str(p) for p in skipped[:3]) + (f" and {len(skipped) - 3} more" if len(skipped) > 3 else "")
-        print(f"seqvae compare: skipped {len(skipped)} directories without metrics.json (predict or unfinished runs): {names}",
+        print(f"seqvae compare: skipped {len(skipped)} directories without metrics.json (predict, unfinished, failed or "
+              f"empty): {names}",
               file=sys.stderr)  # fmt: skip
     if not runs:
         raise CompareError(f"{where}{' '.join(patterns)}: no finished runs (no metrics.json)")
