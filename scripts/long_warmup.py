@@ -95,16 +95,20 @@ def table(groups: dict[tuple[str, str], dict[str, dict]]) -> str:
     """Markdown: per pooling and warm-up, seed means of cosine and KL at UPDATES and at the end."""
     head = [f"{key.split('/')[1]} @ {u // 1000}k" for u in UPDATES for key, _ in METRICS]
     head += ["cos end", "KL end", "updates at end"]
-    lines = ["| pooling | warm-up | seeds | " + " | ".join(head) + " |", "|" + "---|" * (len(head) + 3)]
+    lines = ["| pooling | warm-up | seeds | KL weight 1 from | " + " | ".join(head) + " |", "|" + "---|" * (len(head) + 4)]
     for (pooling, regime), curves in groups.items():
         seeds = ", ".join(s.removeprefix("seed") + ("(partial)" if c["partial"] else "") for s, c in curves.items())
         cells = [fmt([value_at(c, key, u) for c in curves.values()]) for u in UPDATES for key, _ in METRICS]
         cells += [fmt([value_at(c, key, None) for c in curves.values()]) for key, _ in METRICS]
         cells.append(", ".join(str(c["updates"][-1]) for c in curves.values()))
-        lines.append(f"| {pooling} | {regime} | {seeds} | " + " | ".join(cells) + " |")
+        ends = sorted({c["warmup"] for c in curves.values() if c["warmup"]})
+        weight_one = ", ".join(str(e) for e in ends) or "?"  # ? : no config.yaml beside the curves
+        lines.append(f"| {pooling} | {regime} | {seeds} | {weight_one} | " + " | ".join(cells) + " |")
     lines.append("")
     lines.append("Seed means of validation feature cosine and KL at each run's first validation at or after N updates "
-                 "(`step` + 1 of curves.csv); (k/n): only k of the n seeds had reached N; –: none had.")
+                 "(`step` + 1 of curves.csv); (k/n): only k of the n seeds had reached N; –: none had. KL weight 1 from: "
+                 "the update at which the warm-up (0.1 -> 1) ends, warmup_epochs of the run's config.yaml x its batches "
+                 "per epoch.")
     return "\n".join(lines) + "\n"
 
 

@@ -41,10 +41,10 @@ def test_table_at_matched_updates_partial_and_missing_runs(tmp_path):
 
     rows = long_warmup.table(groups).splitlines()
     # 1k: both seeds (0.9, 0.7 -> 0.8; KL 2, 4 -> 3); 3k on: seed1 only (seed2 stopped at 1500); end: last rows
-    assert rows[2] == ("| max | long | 1, 2(partial) | 0.800 | 3.000 | 0.500 (1/2) | 1.000 (1/2) | 0.250 (1/2) | "
+    assert rows[2] == ("| max | long | 1, 2(partial) | 32000 | 0.800 | 3.000 | 0.500 (1/2) | 1.000 (1/2) | 0.250 (1/2) | "
                        "0.500 (1/2) | 0.125 (1/2) | 0.250 (1/2) | 0.181 | 1.562 | 35000, 1500 |")
     # the first validation at >= 1000 updates is at 3340; none reaches 10k
-    assert rows[3] == "| max | 10-epoch | 1 | 0.750 | 0.500 | 0.750 | 0.500 | – | – | – | – | 0.750 | 0.500 | 3340 |"
+    assert rows[3] == "| max | 10-epoch | 1 | ? | 0.750 | 0.500 | 0.750 | 0.500 | – | – | – | – | 0.750 | 0.500 | 3340 |"
 
 
 def test_main_writes_table_and_one_figure_per_pooling(tmp_path, capsys):
@@ -52,7 +52,7 @@ def test_main_writes_table_and_one_figure_per_pooling(tmp_path, capsys):
     assert long_warmup.main(["--out", "figs", "--table", "t.md"], root=tmp_path) == 0
     assert (tmp_path / "figs" / "long_warmup_last.png").stat().st_size > 0
     assert not (tmp_path / "figs" / "long_warmup_max.png").exists()
-    assert "| last | long | 1 | 1.000 | 2.000 | – |" in (tmp_path / "t.md").read_text()
+    assert "| last | long | 1 | 96000 | 1.000 | 2.000 | – |" in (tmp_path / "t.md").read_text()
 
 
 def test_no_curves_anywhere_writes_nothing(tmp_path):
