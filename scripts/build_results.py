@@ -5,10 +5,12 @@
     python scripts/build_results.py --check    # exit 1 naming every stale table or unquotable prose quote (a CI test)
     python scripts/build_results.py docs/x.md  # one page only
 
-Without a page it rebuilds (or checks) the findings page docs/results.md and the archived lab
-notebook docs/notes/results_lab_2026-12.md, each from its own blocks, and checks the README's
-quotes (it has no blocks) against the findings page's tables: a result the front door quotes
-cannot drift from the files either.
+Without a page it rebuilds (or checks) the findings page docs/results.md, its per-finding pages
+(docs/results/*.md: the long tables a finding links to), and the archived lab notebook
+docs/notes/results_lab_2026-12.md, each from its own blocks, and checks the README's quotes (it has
+no blocks) against the findings page's and its finding pages' tables: a result the front door
+quotes cannot drift from the files either. The findings page and its finding pages may quote one
+another's tables; every other page only its own.
 
 A generated block is the output of `seqvae compare ARGS` between two marker lines:
 
@@ -51,9 +53,10 @@ from pathlib import Path
 from seqvae.analysis import compare
 
 ROOT = Path(__file__).resolve().parents[1]
-# pages with generated tables
-PAGES = ("docs/results.md", "docs/notes/results_lab_2026-12.md", "docs/results/reference_yahoo10k/README.md")
-QUOTING = {"README.md": "docs/results.md"}  # pages without tables: whose tables their quotes must be in
+FINDINGS = "docs/results.md"
+# pages with generated tables; the findings page's own pages (docs/results/*.md with blocks) are added by pages()
+PAGES = (FINDINGS, "docs/notes/results_lab_2026-12.md", "docs/results/reference_yahoo10k/README.md")
+QUOTING = {"README.md": FINDINGS}  # pages without tables: whose tables (and its finding pages') their quotes must be in
 BLOCK = re.compile(
     r"^<!-- (?P<tool>compare|paired_gap|reference_check) (?P<args>.+?) -->\n(?P<body>.*?)^<!-- /(?P=tool) -->$", re.M | re.S
 )
@@ -129,13 +132,34 @@ def unquoted(text: str, doc: str = "doc", tables: str | None = None) -> list[str
     return missing
 
 
+def finding_pages() -> list[str]:
+    """The findings page's per-finding pages: docs/results/*.md with generated blocks (its long tables)."""
+    return [str(p) for p in sorted(Path("docs/results").glob("*.md")) if BLOCK.search(p.read_text(encoding="utf-8"))]
+
+
+def pages() -> list[str]:
+    return [PAGES[0], *finding_pages(), *PAGES[1:]]
+
+
+def shared_tables(path: Path) -> str | None:
+    """The tables a page's prose may quote besides its own: the findings page and its finding pages quote
+    one another's (a finding keeps its key table and links the rest); any other page only its own."""
+    group = [FINDINGS, *finding_pages()]
+    name = str(path.resolve().relative_to(ROOT)) if path.resolve().is_relative_to(ROOT) else str(path)
+    if name not in group:
+        return None
+    return "\n".join(m["body"] for p in group if p != name for m in BLOCK.finditer(Path(p).read_text(encoding="utf-8")))
+
+
 def one_page(path: Path, check: bool, draw: bool) -> int:
     text = path.read_text(encoding="utf-8")
     if not BLOCK.search(text):
         print(f"{path}: no <!-- compare ... --> blocks", file=sys.stderr)
         return 2
     new, stale = rebuild(text, str(path), draw=draw)
-    missing = unquoted(new, str(path))
+    others = shared_tables(path)
+    own = "\n".join(m["body"] for m in BLOCK.finditer(new))
+    missing = unquoted(new, str(path), None if others is None else own + "\n" + others)
     for m in missing:
         print(f"prose: {m}", file=sys.stderr)
     if check:
@@ -153,6 +177,7 @@ def one_page(path: Path, check: bool, draw: bool) -> int:
 def quoting_page(path: Path, source: Path) -> int:
     """A page without tables (the README): its quotes must be in `source`'s generated tables."""
     tables = "\n".join(m["body"] for m in BLOCK.finditer(source.read_text(encoding="utf-8")))
+    tables += "\n" + (shared_tables(source) or "")
     missing = unquoted(path.read_text(encoding="utf-8"), str(path), tables)
     for m in missing:
         print(f"prose: {m} of {source}", file=sys.stderr)
@@ -161,7 +186,7 @@ def quoting_page(path: Path, source: Path) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("doc", nargs="?", help=f"one page (default: {', '.join(PAGES)}, then the README's quotes)")
+    parser.add_argument("doc", nargs="?", help=f"one page (default: {PAGES[0]}, docs/results/*.md, {', '.join(PAGES[1:])}, then the README's quotes)")
     parser.add_argument("--check", action="store_true", help="change nothing; exit 1 if a table is out of date")
     parser.add_argument("--no-plots", action="store_true", help="rewrite the tables only; leave the figures as they are")
     args = parser.parse_args(argv)
@@ -169,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
     draw = not (args.check or args.no_plots)
     if args.doc:
         return one_page(Path(args.doc), args.check, draw)
-    codes = [one_page(Path(p), args.check, draw) for p in PAGES]
+    codes = [one_page(Path(p), args.check, draw) for p in pages()]
     codes += [quoting_page(Path(p), Path(src)) for p, src in QUOTING.items()]
     return max(codes)
 

@@ -3,6 +3,7 @@
     python scripts/studies.py precision [--seeds 1,2,3] [--epochs 3] [--json F]
     python scripts/studies.py mi-noise [--texts 1000 --latent 32 --batch 32 --seeds 200]
     python scripts/studies.py feature-space [--dataset demo|yahoo10k] [--out DIR] …
+    python scripts/studies.py long-warmup-updates [--out docs/figures] [--no-plots]   (scripts/long_warmup.py)
 
 precision: Does bf16 training reproduce fp32's collapse metrics? (issue 21: the collapse comparisons train
 in fp32 by default; bf16 stays an option only if it gives the same KL / AU / MI.)
@@ -274,7 +275,16 @@ def feature_space_main(argv: list[str] | None = None) -> int:
     return 1 if failed else 0
 
 
-STUDIES = {"precision": precision_main, "mi-noise": mi_noise_main, "feature-space": feature_space_main}
+def long_warmup_main(argv: list[str]) -> int:
+    """Feature cosine and KL against updates, long against 10-epoch KL warm-up (scripts/long_warmup.py's docstring)."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import long_warmup
+
+    return long_warmup.main(argv)
+
+
+STUDIES = {"precision": precision_main, "mi-noise": mi_noise_main, "feature-space": feature_space_main,
+           "long-warmup-updates": long_warmup_main}  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
