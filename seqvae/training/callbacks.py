@@ -157,7 +157,11 @@ class PeriodicCheckpoint(Callback):
             return
         path = checkpoint.last_model_path or checkpoint.format_checkpoint_name({}, checkpoint.CHECKPOINT_NAME_LAST)
         checkpoint.last_model_path = path  # before the save: it is part of the saved state
-        trainer.save_checkpoint(path)
+        # weights_only=False: save the whole training state (optimisers, loops, callbacks), as
+        # ModelCheckpoint's own last.ckpt does. Said explicitly, else Lightning logs "`weights_only`
+        # was not set, defaulting to `False`" at every save: that is about what is *saved*, not
+        # how checkpoints are *loaded* (rundir/checkpoints.py loads with weights_only=True).
+        trainer.save_checkpoint(path, weights_only=False)
         self.saves += 1
         self._last_save = time.monotonic()
 
