@@ -37,6 +37,7 @@ from seqvae.text.hints import data_line, fallback_warnings, unk_rate_hint
 from seqvae.training.allocator import reuse_freed_memory
 from seqvae.training.callbacks import LatentDimensions, PeriodicCheckpoint, PlateauRule, TextSamples
 from seqvae.training.log_lines import EpochLine, TestProgress
+from seqvae.training.resume import check_resume
 
 
 class SeqVAECLI(LightningCLI):
@@ -55,10 +56,9 @@ class SeqVAECLI(LightningCLI):
             run=run,
         )
 
-    # Evaluation settings, not part of what a checkpoint is: on `--ckpt_path` (any
-    # subcommand), Lightning replaces the model's config with the checkpoint's hyper-parameters,
-    # which would silently evaluate with the K the run was trained with. These keys keep the
-    # value of this command's config (its --config files and --model.* options).
+    # Evaluation settings, not part of what a checkpoint is: on `--ckpt_path` (validate, test, predict), Lightning
+    # replaces the model's config with the checkpoint's hyper-parameters, which would silently evaluate with the K
+    # the run was trained with. These keys keep the value of this command's config (--config files, --model.*).
     EVAL_KEYS = ("val_iw_samples", "test_iw_samples", "iw_max_elements", "mi_dataset", "eval_seed")
 
     def _parse_ckpt_path(self):
@@ -68,6 +68,8 @@ class SeqVAECLI(LightningCLI):
         ckpt = self.config[sub].get("ckpt_path") if sub else None
         if ckpt and Path(ckpt).is_file():
             load_checkpoint(ckpt, "ckpt_path", mmap=True)  # refuses a code-carrying file in one line
+        if sub == "fit":  # a resume runs the command's settings, refused where they differ (training/resume.py)
+            return
         super()._parse_ckpt_path()
         for k, v in keep.items():
             self.config[sub]["model"][k] = v
@@ -156,6 +158,8 @@ class SeqVAECLI(LightningCLI):
         aggressive = cfg["model"].get("aggressive") if cfg.get("model") is not None else None
         if aggressive is not None and aggressive.get("init_args") is not None and aggressive["init_args"].get("seed") is None:
             aggressive["init_args"]["seed"] = seed
+        if self.subcommand == "fit" and cfg.get("ckpt_path"):
+            check_resume(self._subcommand_parsers["fit"], cfg)
 
     @staticmethod
     def _check_save_dir(cfg) -> None:
@@ -266,10 +270,9 @@ class SeqVAECLI(LightningCLI):
             self.trainer.checkpoint_callback.save_last = False
         if not self.trainer.progress_bar_callback:
             self.trainer.callbacks += [EpochLine(), TestProgress()]
-        if self.config_init["fit"].get("ckpt_path"):
-            for cb in self.trainer.callbacks:
-                if isinstance(cb, RunDirConfig):
-                    cb.resuming = True
+        resuming = bool(self.config_init["fit"].get("ckpt_path"))
+        for cb in (cb for cb in self.trainer.callbacks if isinstance(cb, RunDirConfig)):
+            cb.resuming = resuming
         for split in ("train", "val", "test"):  # read now if data.vocab deferred them: errors before any file
             self.datamodule.split_ids(split)
         self._report_data(("train", "val", "test"))
@@ -294,8 +297,7 @@ class SeqVAECLI(LightningCLI):
         write_fit_curves(self.trainer)  # the validation curves, for `seqvae compare --plots`
 
     def after_test(self):
-        ckpt = self.config_init[self.subcommand].get("ckpt_path")
-        self._write_metrics({"checkpoint": ckpt})
+        self._write_metrics({"checkpoint": self.config_init[self.subcommand].get("ckpt_path")})
 
     def after_predict(self):
         """The generated texts (`model.generation`) to predictions.txt (seqvae/rundir/results.py);

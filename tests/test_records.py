@@ -55,3 +55,31 @@ def test_a_bad_union_choice_is_one_short_line_naming_what_is_allowed(corpus, tmp
     line = one_error_line(*run(tiny(corpus, tmp_path / "runs", option), capsys))
     assert line == expected
     assert not (tmp_path / "runs").exists()
+
+
+# ---------------------------------------------------------------- item 2: the language model and z
+@pytest.mark.parametrize(
+    "options, named",
+    [
+        ([], "model.bn_gamma"),  # demo.yaml's BN-VAE
+        (["--model.bn_gamma=null", "--model.aggressive=seqvae.AggressiveTraining"], "model.aggressive"),
+        (["--model.bn_gamma=null", "--model.kl_penalty=seqvae.FreeBits", "--model.kl_penalty.target=8"], "model.kl_penalty"),
+        (["--model.bn_gamma=null", "--model.skip=true"], "model.skip"),
+        (["--model.bn_gamma=null", "--model.regularizers+=seqvae.CosineDispersion"], "model.regularizers"),
+        (["--model.bn_gamma=null", "--model.init_encoder_from=x.ckpt"], "model.init_encoder_from"),
+        (["--model.bn_gamma=null", "--model.encoder=seqvae.TransformerEncoder"], "model.encoder"),
+    ],
+)
+def test_the_language_model_refuses_options_that_need_z_before_a_run_directory(corpus, tmp_path, capsys, options, named):
+    # Before: every such run gave the LM's numbers with the option recorded (aggressive: KeyError 'val/mi').
+    line = one_error_line(*run(tiny(corpus, tmp_path / "runs", "--model.latent_dim=0", *options), capsys))
+    assert line.startswith("model.latent_dim: 0 is the language model (no encoder, no z), which ") and named in line
+    assert not (tmp_path / "runs").exists()
+
+
+def test_the_language_model_with_word_dropout_trains(corpus, tmp_path, capsys):
+    status, err = run(tiny(corpus, tmp_path / "runs", "--model.latent_dim=0", "--model.bn_gamma=null",
+                           "--model.word_dropout=0.3"), capsys)  # fmt: skip
+    assert status == 0, err
+    saved = yaml.safe_load((tmp_path / "runs" / "demo" / "version_0" / "config.yaml").read_text())
+    assert saved["model"]["latent_dim"] == 0 and saved["model"]["word_dropout"] == 0.3
