@@ -23,7 +23,7 @@ from pytorch_lightning.cli import LightningCLI
 from pytorch_lightning.loggers import TensorBoardLogger
 
 from seqvae.config_sources import check_config_files, file_setting, integer_limits, settle_splits
-from seqvae.core.generation import lines_of_file
+from seqvae.core.generation import check_predict_inputs, lines_of_file
 from seqvae.core.model import AGGRESSIVE_DDP, NonFiniteError, SeqVAE, pretrained_encoder
 from seqvae.errors import ConfigError, CorpusError, union_choice_error
 from seqvae.options import check_parsed
@@ -158,8 +158,6 @@ class SeqVAECLI(LightningCLI):
         aggressive = cfg["model"].get("aggressive") if cfg.get("model") is not None else None
         if aggressive is not None and aggressive.get("init_args") is not None and aggressive["init_args"].get("seed") is None:
             aggressive["init_args"]["seed"] = seed
-        if self.subcommand == "fit" and cfg.get("ckpt_path"):
-            check_resume(self._subcommand_parsers["fit"], cfg)
 
     @staticmethod
     def _check_save_dir(cfg) -> None:
@@ -240,6 +238,7 @@ class SeqVAECLI(LightningCLI):
             # A bad input file stops here, before the run directory exists.
             dm.predict_corpus() if dm.hparams.predict else dm.read_splits(["test"])
             self._report_data(("predict",) if dm.hparams.predict else ("test",))
+        check_predict_inputs(self.model, dm)
         # Before Lightning launches the other ranks, so a single clear line, not a rank crash.
         if self.trainer.world_size > 1:
             raise ConfigError("trainer.strategy/devices: predict runs on one device (it writes one file in input order)")
@@ -260,8 +259,9 @@ class SeqVAECLI(LightningCLI):
             self._refuse_a_finished_run_directory()
         elif Path(ckpt).is_file():
             self._same_vocabulary(ckpt)
+            check_resume(self._subcommand_parsers["fit"], self.config["fit"], ckpt)  # other settings: refused
         if self.model.hparams.init_encoder_from and self.model.encoder is not None:  # refused before the run directory exists
-            pretrained_encoder(self.model.hparams.init_encoder_from, self.model.encoder, mmap=True)
+            pretrained_encoder(self.model.hparams.init_encoder_from, self.model.encoder, self.datamodule.vocab, mmap=True)
         if self.trainer.world_size > 1 and self.model.aggressive is not None:
             raise ConfigError(AGGRESSIVE_DDP)
         if self.trainer.fast_dev_run and self.trainer.checkpoint_callback is not None:

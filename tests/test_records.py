@@ -7,12 +7,15 @@ in this process, on tiny files written here."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 import yaml
 from test_model import write_corpus
 from test_scoring import run
+
+from seqvae.commands import main
 
 DEMO = str(Path(__file__).resolve().parents[1] / "configs" / "demo.yaml")
 
@@ -83,3 +86,44 @@ def test_the_language_model_with_word_dropout_trains(corpus, tmp_path, capsys):
     assert status == 0, err
     saved = yaml.safe_load((tmp_path / "runs" / "demo" / "version_0" / "config.yaml").read_text())
     assert saved["model"]["latent_dim"] == 0 and saved["model"]["word_dropout"] == 0.3
+
+
+# ---------------------------------------------------------------- a run on labelled text, shared below
+@pytest.fixture(scope="module")
+def labelled(tmp_path_factory):
+    """A run trained on `label<TAB>text` lines (data.label_column tab): (root, run directory)."""
+    root = tmp_path_factory.mktemp("labelled")
+    for name, n, seed in (("train", 60, 0), ("valid", 20, 1), ("test", 20, 2)):
+        lines = write_corpus(root / f"{name}.txt", n, seed)
+        (root / f"{name}.txt").write_text("".join(f"{i % 3}\t{t}\n" for i, t in enumerate(lines)))
+    main(tiny(root, root / "runs", "--data.label_column=tab"))  # a SystemExit fails the tests that use it
+    return root, root / "runs" / "demo" / "version_0"
+
+
+def test_stage_2_with_an_encoder_of_another_vocabulary_leaves_no_run_directory(labelled, tmp_path, capsys):
+    root, stage1 = labelled
+    stage2 = [*tiny(root, tmp_path / "runs", "--data.label_column=tab"), f"--model.init_encoder_from={stage1}/checkpoints/best.ckpt"]
+    # the same words at other ids: each word as often as it is rare in stage 1's vocabulary
+    ids = json.loads((stage1 / "vocab.json").read_text())["tokenizer"]["model"]["vocab"]
+    words = [w for w, i in sorted(ids.items(), key=lambda x: x[1]) if i > 3]
+    (tmp_path / "other.txt").write_text("".join(f"0\t{(w + ' ') * (k + 1)}\n" for k, w in enumerate(words)))
+    line = one_error_line(*run([*stage2, f"--data.train={tmp_path / 'other.txt'}"], capsys))
+    assert line.startswith("model.init_encoder_from: ") and "another vocabulary" in line
+    assert not (tmp_path / "runs").exists()  # before: config.yaml, vocab.json and events were left there
+    status, err = run(stage2, capsys)  # the corrected command runs (before: "already holds a run")
+    assert status == 0, err
+    assert (tmp_path / "runs" / "demo" / "version_0" / "metrics.json").is_file()
+
+
+@pytest.mark.parametrize("lines, expected", [(3, "interpolate reads pairs of lines; the predict texts have 3"),
+                                             (None, "data.predict: no input texts")])  # fmt: skip
+def test_a_refused_predict_leaves_no_run_directory(labelled, tmp_path, capsys, lines, expected):
+    _, stage1 = labelled
+    args = ["predict", f"--ckpt_path={stage1}/checkpoints/best.ckpt", "--model.generation.mode=interpolate",
+            f"--trainer.logger.init_args.save_dir={tmp_path / 'runs'}"]  # fmt: skip
+    if lines is not None:
+        (tmp_path / "pairs.txt").write_text("the cat\nthe dog\na red fish\n")
+        args.append(f"--data.predict={tmp_path / 'pairs.txt'}")
+    line = one_error_line(*run(args, capsys))
+    assert expected in line
+    assert not (tmp_path / "runs").exists()  # before: a version_N per try
