@@ -20,7 +20,7 @@ import yaml
 
 from seqvae.errors import ConfigError
 from seqvae.rundir.checkpoints import load_checkpoint
-from seqvae.rundir.files import CONFIG, LAST, checkpoint_path
+from seqvae.rundir.files import CONFIG
 
 # Dotted keys, or sections (a key and everything under it), that a resume may change.
 MAY_CHANGE = (
@@ -58,6 +58,14 @@ def _same(a, b) -> bool:
     return a == b or ({a, b} <= {None, False} and type(a) is not int and type(b) is not int)
 
 
+def _value(flat: dict, key: str):
+    """A key's value, or, for a section (`kl_penalty.class_path`, …), its class or its keys."""
+    if key in flat:
+        return flat[key]
+    below = {k[len(key) + 1 :]: v for k, v in flat.items() if k.startswith(f"{key}.")}
+    return str(below["class_path"]).rpartition(".")[2] if "class_path" in below else below
+
+
 def differences(now: dict, recorded: dict) -> dict[str, tuple]:
     """{key: (recorded, now)} for every setting whose value differs, as flat dotted keys. A key one
     side lacks counts when the other side has it at another depth (`kl_penalty: null` against
@@ -71,34 +79,18 @@ def differences(now: dict, recorded: dict) -> dict[str, tuple]:
         here, there = (now, recorded) if key in now else (recorded, now)
         for other in there:
             if key.startswith(f"{other}.") and other not in here:
-                out[other] = (recorded.get(other), now.get(other))
+                out[other] = (_value(recorded, other), _value(now, other))
             elif other.startswith(f"{key}.") and key not in there:
-                out[key] = (recorded.get(key), now.get(key))
+                out[key] = (_value(recorded, key), _value(now, key))
     return out
 
 
-def resumed_checkpoint(cfg) -> Path | None:
-    """The checkpoint file a `fit --ckpt_path` resumes: a path, or `last` of the named run
-    directory (None where there is none: cli.before_fit refuses that in its own line)."""
-    ckpt = cfg.get("ckpt_path")
-    if ckpt and Path(ckpt).is_file():
-        return Path(ckpt)
-    args = getattr((cfg.get("trainer") or {}).get("logger"), "init_args", None)
-    version = args.get("version") if args is not None else None
-    if ckpt != "last" or version is None or not args.get("save_dir"):
-        return None
-    run = Path(args.save_dir, args.get("name") or "", version if isinstance(version, str) else f"version_{version}")
-    last = checkpoint_path(run, LAST)
-    return last if last.is_file() else None
-
-
-def check_resume(parser, cfg) -> None:
+def check_resume(parser, cfg, ckpt: str) -> None:
     """Refuses a resume whose settings differ from the checkpoint's run where that changes what is
     computed, naming the keys; prints one line naming the allowed changes (config.yaml records
-    them). `parser` is the fit subcommand's parser, `cfg` its parsed, settled config."""
-    ckpt = resumed_checkpoint(cfg)
-    if ckpt is None:
-        return
+    them). `parser` is the fit subcommand's parser, `cfg` its parsed, settled config, `ckpt` the
+    checkpoint file (`last` resolved)."""
+    ckpt = Path(ckpt)
     saved = load_checkpoint(ckpt, "ckpt_path", mmap=True)
     config_yaml = ckpt.parent.parent / CONFIG  # the run directory's record of the rest
     recorded = yaml.safe_load(config_yaml.read_text(encoding="utf-8")) if config_yaml.is_file() else {}
