@@ -127,3 +127,28 @@ def test_a_refused_predict_leaves_no_run_directory(labelled, tmp_path, capsys, l
     line = one_error_line(*run(args, capsys))
     assert expected in line
     assert not (tmp_path / "runs").exists()  # before: a version_N per try
+
+
+# ---------------------------------------------------------------- item 4: the Python API on a labelled checkpoint
+def test_the_python_api_reads_lines_as_the_labelled_checkpoint_did(labelled, tmp_path, capsys):
+    import csv
+
+    import torch
+
+    from seqvae import SeqVAE
+
+    root, stage1 = labelled
+    ckpt = stage1 / "checkpoints" / "best.ckpt"
+    status, err = run(["test", f"--ckpt_path={ckpt}", f"--data.test={root / 'test.txt'}", "--model.test_iw_samples=100",
+                       f"--trainer.logger.init_args.save_dir={tmp_path}"], capsys)  # fmt: skip
+    assert status == 0, err
+    with open(tmp_path / "default" / "version_0" / "per_text.csv") as f:
+        cli = [float(row["iw_nll"]) for row in csv.DictReader(f)]
+    lines = (root / "test.txt").read_text().splitlines()  # `1<TAB>the cat …`, as `seqvae test` read them
+    model = SeqVAE.load_from_checkpoint(ckpt, map_location="cpu")
+    torch.manual_seed(0)
+    api = model.iw_nll(lines, n_samples=100)
+    torch.manual_seed(0)
+    by_hand = model.iw_nll([line.split("\t", 1)[1] for line in lines], n_samples=100)
+    assert torch.equal(api, by_hand)  # the labels are not scored as words (before: one more unknown word each)
+    assert len(cli) == len(lines) and abs(api.mean().item() - sum(cli) / len(cli)) < 0.3
