@@ -22,7 +22,7 @@ from omegaconf.errors import OmegaConfBaseException
 from pytorch_lightning.cli import LightningCLI
 from pytorch_lightning.loggers import TensorBoardLogger
 
-from seqvae.config_sources import check_config_files, file_setting, integer_limits, settle_splits
+from seqvae.config_sources import check_config_files, file_setting, integer_limits, set_by_user, settle_splits
 from seqvae.core.generation import check_predict_inputs, lines_of_file
 from seqvae.core.model import AGGRESSIVE_DDP, NonFiniteError, SeqVAE, pretrained_encoder
 from seqvae.errors import ConfigError, CorpusError, union_choice_error
@@ -38,6 +38,7 @@ from seqvae.training.allocator import reuse_freed_memory
 from seqvae.training.callbacks import LatentDimensions, PeriodicCheckpoint, PlateauRule, TextSamples
 from seqvae.training.log_lines import EpochLine, TestProgress
 from seqvae.training.resume import check_resume
+from seqvae.training.retest import record_checkpoint_settings
 
 
 class SeqVAECLI(LightningCLI):
@@ -65,6 +66,7 @@ class SeqVAECLI(LightningCLI):
         sub = self.config.get("subcommand")
         model = self.config[sub].get("model") if sub else None
         keep = {k: model.get(k) for k in self.EVAL_KEYS if k in model} if model is not None else {}
+        self._given_model = model.clone() if model is not None else None  # before the checkpoint's values replace it
         ckpt = self.config[sub].get("ckpt_path") if sub else None
         if ckpt and Path(ckpt).is_file():
             load_checkpoint(ckpt, "ckpt_path", mmap=True)  # refuses a code-carrying file in one line
@@ -103,17 +105,6 @@ class SeqVAECLI(LightningCLI):
         if isinstance(seed, int) and not isinstance(seed, bool) and not 0 <= seed < 2**32:  # before Lightning's traceback
             raise ConfigError(f"seed_everything: must be in [0, 2**32 - 1], got {seed}")
 
-    def _scoring_data(self, cfg) -> None:
-        """validate/test/predict of a checkpoint: the vocabulary comes from the checkpoint (the
-        training text is not needed)."""
-        data = cfg.get("data")
-        if data is None:
-            return
-        ckpt = cfg.get("ckpt_path")
-        if data.get("vocab") is None and ckpt and Path(ckpt).is_file():
-            if "vocab" in load_checkpoint(ckpt, "ckpt_path", mmap=True):
-                data["vocab"] = str(ckpt)
-
     def _beside_a_finished_run(self, cfg) -> None:
         """validate/test/predict with a run's own config.yaml, whose logger names the run's fixed
         version (every sweep cell's does), would write into that finished run (Lightning refuses
@@ -146,7 +137,7 @@ class SeqVAECLI(LightningCLI):
             for line in settle_splits(cfg["data"], self._command_line):
                 print(line, file=sys.stderr)
         if self.subcommand in ("validate", "test", "predict"):
-            self._scoring_data(cfg)
+            record_checkpoint_settings(cfg, lambda key: set_by_user(self._command_line, key), self._given_model)
             self._beside_a_finished_run(cfg)
         # Seeds left unset take the run's seed (`seed_everything`), written into the config here
         # so that config.yaml records the values the run used.

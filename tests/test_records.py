@@ -152,3 +152,23 @@ def test_the_python_api_reads_lines_as_the_labelled_checkpoint_did(labelled, tmp
     by_hand = model.iw_nll([line.split("\t", 1)[1] for line in lines], n_samples=100)
     assert torch.equal(api, by_hand)  # the labels are not scored as words (before: one more unknown word each)
     assert len(cli) == len(lines) and abs(api.mean().item() - sum(cli) / len(cli)) < 0.3
+
+
+# ---------------------------------------------------------------- item 5: a re-test records what it used
+def test_a_retest_records_the_checkpoints_settings_and_says_which_it_decided(labelled, tmp_path, capsys):
+    root, stage1 = labelled
+    args = ["test", f"--ckpt_path={stage1 / 'checkpoints' / 'best.ckpt'}", f"--data.test={root / 'test.txt'}",
+            "--model.latent_dim=8", "--model.pooling=last", "--data.unk_token=_UNK", "--model.test_iw_samples=3",
+            f"--trainer.logger.init_args.save_dir={tmp_path}"]  # fmt: skip
+    status, err = run(args, capsys)
+    assert status == 0, err
+    said = [line for line in err.splitlines() if line.startswith("seqvae: the checkpoint decides ")]
+    assert said == ["seqvae: the checkpoint decides data.unk_token (_UNK given, <unk> used), model.latent_dim (8 given, "
+                    "4 used), model.pooling (last given, max used): config.yaml records the checkpoint's values"]  # fmt: skip
+    saved = yaml.safe_load((tmp_path / "default" / "version_0" / "config.yaml").read_text())
+    assert (saved["model"]["latent_dim"], saved["model"]["pooling"], saved["data"]["unk_token"]) == (4, "max", "<unk>")
+    assert saved["model"]["test_iw_samples"] == 3  # an evaluation setting: the command's
+    # the run's own config.yaml gives the checkpoint's values: nothing to say
+    status, err = run(["test", f"--config={stage1 / 'config.yaml'}", *args[1:3], f"--trainer.logger.init_args.save_dir={tmp_path}"],
+                      capsys)  # fmt: skip
+    assert status == 0 and "the checkpoint decides" not in err, err
