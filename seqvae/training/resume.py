@@ -55,7 +55,9 @@ def flatten(tree, prefix: str = "") -> dict:
 
 def _same(a, b) -> bool:
     # The datamodule records "no label column" as False, a config as null.
-    return a == b or ({a, b} <= {None, False} and type(a) is not int and type(b) is not int)
+    if {type(a), type(b)} <= {type(None), bool} and not a and not b:
+        return True
+    return a == b and isinstance(a, bool) == isinstance(b, bool)  # 0 == False in Python: not the same setting
 
 
 def _value(flat: dict, key: str):
