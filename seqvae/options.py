@@ -130,7 +130,7 @@ def check_language_model(model) -> None:
     named = [f"model.{k}" for k, v in set_here.items() if v]
     if named:
         raise ConfigError(
-            f"model.latent_dim: 0 is the language model (no encoder, no z), which {', '.join(named)} "
+            f"model.latent_dim 0 is the language model (no encoder, no z), which {', '.join(named)} "
             f"{'needs' if len(named) == 1 else 'need'}: set {'it' if len(named) == 1 else 'them'} to null (skip: false), "
             "or give latent_dim > 0"
         )

@@ -76,7 +76,7 @@ def test_a_bad_union_choice_is_one_short_line_naming_what_is_allowed(corpus, tmp
 def test_the_language_model_refuses_options_that_need_z_before_a_run_directory(corpus, tmp_path, capsys, options, named):
     # Before: every such run gave the LM's numbers with the option recorded (aggressive: KeyError 'val/mi').
     line = one_error_line(*run(tiny(corpus, tmp_path / "runs", "--model.latent_dim=0", *options), capsys))
-    assert line.startswith("model.latent_dim: 0 is the language model (no encoder, no z), which ") and named in line
+    assert line.startswith("model.latent_dim 0 is the language model (no encoder, no z), which ") and named in line
     assert not (tmp_path / "runs").exists()
 
 
