@@ -306,6 +306,7 @@ def build_jobs(tmp: Path, corpus: dict[str, Path]) -> Jobs:
         run = resume_save / "demo" / "v"
         before = {name: (run / name).read_bytes() for name in ("config.yaml", "metrics.json")}
         args = [*base_args(corpus, resume_save, epochs=2), "--trainer.logger.init_args.version", "v"]
+        args += ["--model.test_iw_samples", "4"]  # an evaluation setting: may change on resume
         return first, before, seqvae(["fit", *args, "--ckpt_path", run / "checkpoints" / "last.ckpt"], cwd, urgent=True)
 
     specs["resume_second"] = resume_second
@@ -538,9 +539,15 @@ def test_resume_keeps_config_and_never_overwrites_metrics(jobs):
     assert first.wrote == run / "metrics.json" and run.name == "v"
     assert second.wrote == run / "metrics-2.json"
     # max_epochs may change on resume: said in one line, and config.yaml records the value that ran
-    assert f"seqvae: resuming {run / 'checkpoints' / 'last.ckpt'} with trainer.max_epochs 1 -> 2 (" in second.stderr
+    # max_epochs and test_iw_samples may change on resume: said in one line, and config.yaml and
+    # hparams.yaml record the values that ran
+    changes = "model.test_iw_samples 3 -> 4, trainer.max_epochs 1 -> 2"
+    assert f"seqvae: resuming {run / 'checkpoints' / 'last.ckpt'} with {changes} (" in second.stderr, second.describe()
     recorded = before["config.yaml"].replace(b"  max_epochs: 1\n", b"  max_epochs: 2\n")
-    assert recorded != before["config.yaml"] and (run / "config.yaml").read_bytes() == recorded
+    recorded = recorded.replace(b"  test_iw_samples: 3\n", b"  test_iw_samples: 4\n")
+    assert recorded.count(b": 2\n") > before["config.yaml"].count(b": 2\n") and b"test_iw_samples: 4" in recorded
+    assert (run / "config.yaml").read_bytes() == recorded
+    assert "test_iw_samples: 4\n" in (run / "hparams.yaml").read_text()
     assert (run / "metrics.json").read_bytes() == before["metrics.json"], "resume overwrote metrics.json"
     m1, m2 = load_metrics(run / "metrics.json"), load_metrics(run / "metrics-2.json")
     assert m1["epochs"] == 1 and m2["epochs"] == 2

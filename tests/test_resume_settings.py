@@ -39,5 +39,6 @@ def test_what_a_resume_may_change():
                 "model.test_iw_samples", "model.generation.seed", "data.test", "ckpt_path"):  # fmt: skip
         assert may_change(key), key
     for key in ("model.lr", "model.pooling", "model.kl_schedule.init_args.start", "data.train", "data.batch_size",
-                "plateau.patience", "seed_everything", "trainer.precision", "trainer.max_epochsX", "model.generationX"):  # fmt: skip
+                "plateau.patience", "seed_everything", "trainer.precision", "trainer.max_epochsX",
+                "model.generationX"):  # fmt: skip
         assert not may_change(key), key

@@ -11,7 +11,7 @@ import yaml
 from pytorch_lightning.callbacks import ModelCheckpoint
 from pytorch_lightning.cli import SaveConfigCallback
 
-from seqvae.rundir.files import VOCAB
+from seqvae.rundir.files import HPARAMS, VOCAB
 
 
 class RunDirConfig(SaveConfigCallback):
@@ -39,6 +39,10 @@ class RunDirConfig(SaveConfigCallback):
         super().setup(trainer, pl_module, stage)
 
     def save_config(self, trainer, pl_module, stage):
+        if self.resuming and self.overwrite and self._log_dir:
+            # The logger writes hparams.yaml only where there is none: removed, it is written anew
+            # with the resumed values (`model.test_iw_samples`, …), so that it agrees with config.yaml.
+            (Path(self._log_dir) / HPARAMS).unlink(missing_ok=True)
         dm = trainer.datamodule
         if self._log_dir and dm is not None and hasattr(dm, "vocab"):
             path = Path(self._log_dir) / VOCAB
