@@ -39,6 +39,9 @@ MAY_CHANGE = (
 )  # fmt: skip
 
 
+SHOWN = 8  # refused keys named in the line (a resume without the run's --config files differs in dozens)
+
+
 def may_change(key: str) -> bool:
     return any(key == k or key.startswith(f"{k}.") for k in MAY_CHANGE)
 
@@ -104,7 +107,8 @@ def check_resume(parser, cfg, ckpt: str) -> None:
     changed = differences(now, recorded)
     refused = sorted(k for k in changed if not may_change(k))
     if refused:
-        shown = ", ".join(f"{k} {_text(changed[k][0])} -> {_text(changed[k][1])}" for k in refused)
+        shown = ", ".join(f"{k} {_text(changed[k][0])} -> {_text(changed[k][1])}" for k in refused[:SHOWN])
+        shown += f" and {len(refused) - SHOWN} more" if len(refused) > SHOWN else ""
         raise ConfigError(
             f"ckpt_path: {ckpt} was trained with other settings than this command gives: {shown}; resume with the "
             "run's own settings (its config.yaml), or start a new run"
