@@ -22,10 +22,10 @@ from omegaconf.errors import OmegaConfBaseException
 from pytorch_lightning.cli import LightningCLI
 from pytorch_lightning.loggers import TensorBoardLogger
 
-from seqvae.config_sources import check_config_files, file_setting, integer_limits, settle_splits
-from seqvae.core.generation import lines_of_file
+from seqvae.config_sources import check_config_files, file_setting, integer_limits, set_by_user, settle_splits
+from seqvae.core.generation import check_predict_inputs, lines_of_file
 from seqvae.core.model import AGGRESSIVE_DDP, NonFiniteError, SeqVAE, pretrained_encoder
-from seqvae.errors import ConfigError, CorpusError
+from seqvae.errors import ConfigError, CorpusError, union_choice_error
 from seqvae.options import check_parsed
 from seqvae.rundir.callbacks import RunCheckpoint, RunDirConfig
 from seqvae.rundir.checkpoints import load_checkpoint
@@ -37,6 +37,8 @@ from seqvae.text.hints import data_line, fallback_warnings, unk_rate_hint
 from seqvae.training.allocator import reuse_freed_memory
 from seqvae.training.callbacks import LatentDimensions, PeriodicCheckpoint, PlateauRule, TextSamples
 from seqvae.training.log_lines import EpochLine, TestProgress
+from seqvae.training.resume import check_resume
+from seqvae.training.retest import record_checkpoint_settings
 
 
 class SeqVAECLI(LightningCLI):
@@ -55,19 +57,21 @@ class SeqVAECLI(LightningCLI):
             run=run,
         )
 
-    # Evaluation settings, not part of what a checkpoint is: on `--ckpt_path` (any
-    # subcommand), Lightning replaces the model's config with the checkpoint's hyper-parameters,
-    # which would silently evaluate with the K the run was trained with. These keys keep the
-    # value of this command's config (its --config files and --model.* options).
+    # Evaluation settings, not part of what a checkpoint is: on `--ckpt_path` (validate, test, predict), Lightning
+    # replaces the model's config with the checkpoint's hyper-parameters, which would silently evaluate with the K
+    # the run was trained with. These keys keep the value of this command's config (--config files, --model.*).
     EVAL_KEYS = ("val_iw_samples", "test_iw_samples", "iw_max_elements", "mi_dataset", "eval_seed")
 
     def _parse_ckpt_path(self):
         sub = self.config.get("subcommand")
         model = self.config[sub].get("model") if sub else None
         keep = {k: model.get(k) for k in self.EVAL_KEYS if k in model} if model is not None else {}
+        self._given_model = model.clone() if model is not None else None  # before the checkpoint's values replace it
         ckpt = self.config[sub].get("ckpt_path") if sub else None
         if ckpt and Path(ckpt).is_file():
             load_checkpoint(ckpt, "ckpt_path", mmap=True)  # refuses a code-carrying file in one line
+        if sub == "fit":  # a resume runs the command's settings, refused where they differ (training/resume.py)
+            return
         super()._parse_ckpt_path()
         for k, v in keep.items():
             self.config[sub]["model"][k] = v
@@ -101,17 +105,6 @@ class SeqVAECLI(LightningCLI):
         if isinstance(seed, int) and not isinstance(seed, bool) and not 0 <= seed < 2**32:  # before Lightning's traceback
             raise ConfigError(f"seed_everything: must be in [0, 2**32 - 1], got {seed}")
 
-    def _scoring_data(self, cfg) -> None:
-        """validate/test/predict of a checkpoint: the vocabulary comes from the checkpoint (the
-        training text is not needed)."""
-        data = cfg.get("data")
-        if data is None:
-            return
-        ckpt = cfg.get("ckpt_path")
-        if data.get("vocab") is None and ckpt and Path(ckpt).is_file():
-            if "vocab" in load_checkpoint(ckpt, "ckpt_path", mmap=True):
-                data["vocab"] = str(ckpt)
-
     def _beside_a_finished_run(self, cfg) -> None:
         """validate/test/predict with a run's own config.yaml, whose logger names the run's fixed
         version (every sweep cell's does), would write into that finished run (Lightning refuses
@@ -144,7 +137,7 @@ class SeqVAECLI(LightningCLI):
             for line in settle_splits(cfg["data"], self._command_line):
                 print(line, file=sys.stderr)
         if self.subcommand in ("validate", "test", "predict"):
-            self._scoring_data(cfg)
+            record_checkpoint_settings(cfg, lambda key: set_by_user(self._command_line, key), self._given_model)
             self._beside_a_finished_run(cfg)
         # Seeds left unset take the run's seed (`seed_everything`), written into the config here
         # so that config.yaml records the values the run used.
@@ -236,6 +229,7 @@ class SeqVAECLI(LightningCLI):
             # A bad input file stops here, before the run directory exists.
             dm.predict_corpus() if dm.hparams.predict else dm.read_splits(["test"])
             self._report_data(("predict",) if dm.hparams.predict else ("test",))
+        check_predict_inputs(self.model, dm)
         # Before Lightning launches the other ranks, so a single clear line, not a rank crash.
         if self.trainer.world_size > 1:
             raise ConfigError("trainer.strategy/devices: predict runs on one device (it writes one file in input order)")
@@ -256,8 +250,9 @@ class SeqVAECLI(LightningCLI):
             self._refuse_a_finished_run_directory()
         elif Path(ckpt).is_file():
             self._same_vocabulary(ckpt)
+            check_resume(self._subcommand_parsers["fit"], self.config["fit"], ckpt)  # other settings: refused
         if self.model.hparams.init_encoder_from and self.model.encoder is not None:  # refused before the run directory exists
-            pretrained_encoder(self.model.hparams.init_encoder_from, self.model.encoder, mmap=True)
+            pretrained_encoder(self.model.hparams.init_encoder_from, self.model.encoder, self.datamodule.vocab, mmap=True)
         if self.trainer.world_size > 1 and self.model.aggressive is not None:
             raise ConfigError(AGGRESSIVE_DDP)
         if self.trainer.fast_dev_run and self.trainer.checkpoint_callback is not None:
@@ -266,10 +261,9 @@ class SeqVAECLI(LightningCLI):
             self.trainer.checkpoint_callback.save_last = False
         if not self.trainer.progress_bar_callback:
             self.trainer.callbacks += [EpochLine(), TestProgress()]
-        if self.config_init["fit"].get("ckpt_path"):
-            for cb in self.trainer.callbacks:
-                if isinstance(cb, RunDirConfig):
-                    cb.resuming = True
+        resuming = bool(self.config_init["fit"].get("ckpt_path"))
+        for cb in (cb for cb in self.trainer.callbacks if isinstance(cb, RunDirConfig)):
+            cb.resuming = resuming
         for split in ("train", "val", "test"):  # read now if data.vocab deferred them: errors before any file
             self.datamodule.split_ids(split)
         self._report_data(("train", "val", "test"))
@@ -294,8 +288,7 @@ class SeqVAECLI(LightningCLI):
         write_fit_curves(self.trainer)  # the validation curves, for `seqvae compare --plots`
 
     def after_test(self):
-        ckpt = self.config_init[self.subcommand].get("ckpt_path")
-        self._write_metrics({"checkpoint": ckpt})
+        self._write_metrics({"checkpoint": self.config_init[self.subcommand].get("ckpt_path")})
 
     def after_predict(self):
         """The generated texts (`model.generation`) to predictions.txt (seqvae/rundir/results.py);
@@ -363,7 +356,7 @@ def parse_only(fit_args: list[str]) -> str | None:
     except _Parsed:
         return None
     except (CorpusError, ArgumentError, ConfigError) as err:
-        return " ".join(str(err).split())
+        return union_choice_error(" ".join(str(err).split())) or " ".join(str(err).split())
     except OmegaConfBaseException as err:
         return interpolation_error(err, fit_args)
     return None
@@ -382,6 +375,7 @@ def run_lightning(argv: list[str] | None = None) -> None:
         sys.exit(2)
     except (CorpusError, ArgumentError, ConfigError, NonFiniteError) as err:
         message = " ".join(str(err).split())  # one line, whatever jsonargparse nested
+        message = union_choice_error(message) or message
         # The messages name the key, not the --config file that set it (unknown key, wrong type, out of range):
         # add the file, unless the command line set the key too (its value is the one refused).
         found = re.search(r"does not accept option '([\w.]+)'|^Parser key \"([\w.]+)\"|^((?:model|data|trainer)\.[\w.]+):", message)

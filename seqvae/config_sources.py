@@ -63,6 +63,13 @@ def file_setting(argv: list[str], key: str) -> str | None:
     return found
 
 
+def set_by_user(argv: list[str], key: str) -> bool:
+    """Whether the command line (`--model.latent_dim 8`, `--model.kl_penalty.target=2`) or a
+    `--config` file sets this dotted key: a default nobody wrote is not the user's setting."""
+    flag = f"--{key}"
+    return any(a == flag or a.startswith((f"{flag}=", f"{flag}.")) for a in argv) or file_setting(argv, key) is not None
+
+
 def _yaml_value(text: str):
     """A flag's value as jsonargparse reads it: `null` is None."""
     return None if text in ("null", "None", "~") else text

@@ -50,6 +50,7 @@ def check_parsed(model, data) -> None:
         check_option(f"model.{name}", getattr(model, name, None), allowed)
     for name, allowed in DATA_OPTIONS.items():
         check_option(f"data.{name}", getattr(data, name, None), allowed)
+    check_language_model(model)
     names = ("kl_schedule", "kl_penalty", "aggressive", "encoder", "feature_norm")
     strategies = {name: getattr(model, name, None) for name in names}
     strategies.update({f"regularizers[{i}]": r for i, r in enumerate(getattr(model, "regularizers", None) or [])})
@@ -99,3 +100,37 @@ DATA_OPTIONS = {
     "max_vocab": Range(AT_LEAST_ONE.ok, ">= 1 (null: no limit)"),
     "max_length": Range(AT_LEAST_ONE.ok, ">= 1 (null: no limit)"),
 }
+
+
+def _strategy_name(spec) -> str | None:
+    """A strategy's class name, from a parsed `class_path` or an object; None when unset."""
+    if spec is None:
+        return None
+    return str(getattr(spec, "class_path", None) or type(spec).__name__).rpartition(".")[2]
+
+
+def check_language_model(model) -> None:
+    """`latent_dim: 0` is the LSTM language model: no encoder, no z. An option that acts on z or
+    on the encoder would be dropped while config.yaml records it (and compare shows it as a row):
+    refused in one line, naming each, before anything is built. Word dropout acts on the decoder's
+    inputs and stays."""
+    if getattr(model, "latent_dim", None) != 0:
+        return
+    set_here = {
+        "bn_gamma": getattr(model, "bn_gamma", None) is not None,
+        "kl_penalty": _strategy_name(getattr(model, "kl_penalty", None)) not in (None, "StandardKL"),
+        "skip": bool(getattr(model, "skip", False)),
+        "regularizers": bool(getattr(model, "regularizers", None)),
+        "init_encoder_from": bool(getattr(model, "init_encoder_from", None)),
+        "aggressive": getattr(model, "aggressive", None) is not None,
+        "encoder": getattr(model, "encoder", None) is not None,
+        "feature_norm": getattr(model, "feature_norm", None) is not None,
+        "encoder_hidden_dim": getattr(model, "encoder_hidden_dim", None) is not None,
+    }
+    named = [f"model.{k}" for k, v in set_here.items() if v]
+    if named:
+        raise ConfigError(
+            f"model.latent_dim 0 is the language model (no encoder, no z), which {', '.join(named)} "
+            f"{'needs' if len(named) == 1 else 'need'}: set {'it' if len(named) == 1 else 'them'} to null (skip: false), "
+            "or give latent_dim > 0"
+        )

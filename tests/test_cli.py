@@ -315,6 +315,7 @@ def build_jobs(tmp: Path, corpus: dict[str, Path]) -> Jobs:
         run = resume_save / "demo" / "v"
         before = {name: (run / name).read_bytes() for name in ("config.yaml", "metrics.json")}
         args = [*base_args(corpus, resume_save, epochs=2), "--trainer.logger.init_args.version", "v"]
+        args += ["--model.test_iw_samples", "4"]  # an evaluation setting: may change on resume
         return first, before, seqvae(["fit", *args, "--ckpt_path", run / "checkpoints" / "last.ckpt"], cwd, urgent=True)
 
     specs["resume_second"] = resume_second
@@ -387,6 +388,15 @@ def build_jobs(tmp: Path, corpus: dict[str, Path]) -> Jobs:
         return run, before, other, missing, files(run)
 
     specs["resume_last_with_other_vocabulary"] = resume_last_with_other_vocabulary
+
+    def resume_with_other_settings():  # the resumed run once more, with another pooling and learning rate (issue 45)
+        jobs.result("resume_second")
+        run = resume_save / "demo" / "v"
+        before = files(run)
+        args = [*base_args(corpus, resume_save, epochs=3), "--trainer.logger.init_args.version", "v", "--ckpt_path", "last"]
+        return run, before, seqvae(["fit", *args, "--model.pooling", "avg", "--model.lr", "0.1"], cwd), files(run)
+
+    specs["resume_with_other_settings"] = resume_with_other_settings
     specs["download_help"] = lambda: seqvae(["download", "--help"], cwd)
 
     def fast_dev_run():  # in a working directory of its own: it must stay empty
@@ -537,7 +547,16 @@ def test_resume_keeps_config_and_never_overwrites_metrics(jobs):
     run = first.wrote.parent
     assert first.wrote == run / "metrics.json" and run.name == "v"
     assert second.wrote == run / "metrics-2.json"
-    assert (run / "config.yaml").read_bytes() == before["config.yaml"], "resume rewrote config.yaml"
+    # max_epochs may change on resume: said in one line, and config.yaml records the value that ran
+    # max_epochs and test_iw_samples may change on resume: said in one line, and config.yaml and
+    # hparams.yaml record the values that ran
+    changes = "model.test_iw_samples 3 -> 4, trainer.max_epochs 1 -> 2"
+    assert f"seqvae: resuming {run / 'checkpoints' / 'last.ckpt'} with {changes} (" in second.stderr, second.describe()
+    recorded = before["config.yaml"].replace(b"  max_epochs: 1\n", b"  max_epochs: 2\n")
+    recorded = recorded.replace(b"  test_iw_samples: 3\n", b"  test_iw_samples: 4\n")
+    assert recorded.count(b": 2\n") > before["config.yaml"].count(b": 2\n") and b"test_iw_samples: 4" in recorded
+    assert (run / "config.yaml").read_bytes() == recorded
+    assert "test_iw_samples: 4\n" in (run / "hparams.yaml").read_text()
     assert (run / "metrics.json").read_bytes() == before["metrics.json"], "resume overwrote metrics.json"
     m1, m2 = load_metrics(run / "metrics.json"), load_metrics(run / "metrics-2.json")
     assert m1["epochs"] == 1 and m2["epochs"] == 2
@@ -608,6 +627,14 @@ def test_resume_with_another_vocabulary_is_one_error_line(jobs, main_run):
     save, result = jobs.result("resume_with_other_vocabulary")
     assert_one_error_line(result, ["ckpt_path", "another vocabulary", "(14 ids; ", "words missing or at other ids", "data.train"])
     assert not save.exists() or not any(p.is_file() for p in save.rglob("*"))
+
+
+@needs("resume_with_other_settings")
+def test_resume_with_settings_that_change_the_computation_is_one_error_line(jobs):
+    run, before, result, after = jobs.result("resume_with_other_settings")
+    assert_one_error_line(result, ["ckpt_path", "other settings", "model.lr 1.0 -> 0.1", "model.pooling max -> avg"])
+    assert "max_epochs" not in result.stderr.strip().splitlines()[-1]  # a resume may change it
+    assert after == before, "a refused resume wrote into the run"
 
 
 @needs("resume_last_with_other_vocabulary", "fit")

@@ -3,6 +3,7 @@ in the checkpoint), atomic checkpoint writes, and the samplers' sharding across 
 
 from __future__ import annotations
 
+import logging
 import os
 
 import pytest
@@ -166,3 +167,17 @@ def test_resume_skips_the_batches_done_in_that_epoch_only():
     s.resume(3, 5)  # a checkpoint of another epoch skips nothing
     s.set_epoch(4)
     assert list(s) == full
+
+
+def test_periodic_checkpoint_saves_without_lightnings_weights_only_notice(corpus, tmp_path, caplog):
+    # Issue 45: "`weights_only` was not set, defaulting to `False`" was logged once per mid-epoch save.
+    pl.seed_everything(0)
+    dm = datamodule(corpus)
+    periodic = PeriodicCheckpoint(every_n_minutes=None, every_n_batches=1)
+    t = trainer(corpus, max_epochs=1, limit_train_batches=3, limit_val_batches=1, enable_checkpointing=True,
+                callbacks=[ModelCheckpoint(dirpath=tmp_path, save_last=True), periodic])  # fmt: skip
+    with caplog.at_level(logging.INFO):
+        t.fit(tiny_model(dm.vocab_size), dm)
+    assert periodic.saves == 2
+    assert not [r for r in caplog.records if "weights_only" in r.getMessage()]
+    assert "optimizer_states" in torch.load(tmp_path / "last.ckpt", weights_only=True)  # still the whole state

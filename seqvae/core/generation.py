@@ -151,6 +151,24 @@ def lines_of_file(outputs: list[str], source) -> list[str]:
     return [by_line.get(number, "") for number in range(first, last + 1)]
 
 
+def check_predict_inputs(model, dm) -> None:
+    """`seqvae predict`'s input texts checked once they are read and before the run directory
+    exists (a refusal inside the predict loop left a version_N behind, one more per retry): none
+    to decode, or interpolation without a latent space or pairs."""
+    g = model.generation
+    if g.mode == "sample":
+        return
+    h = dm.hparams
+    if not (h.predict or h.test or h.train):
+        raise ConfigError("data.predict: no input texts (give --data.predict FILE; mode sample ignores them)")
+    source = dm.predict_source()
+    if g.mode == "interpolate":
+        if model.encoder is None:
+            raise ConfigError("model.generation.mode: the language model has no latent space to interpolate in")
+        if source is not None and len(source.texts) % 2:
+            raise ConfigError(f"model.generation.mode interpolate reads pairs of lines; the predict texts have {len(source.texts)}")
+
+
 class Predictor:
     """`seqvae predict`: the texts of `model.generation` for each batch of inputs, in input order
     (a collapsed model gives the same text for every input, visibly)."""

@@ -1,6 +1,7 @@
 """The Python API's scoring of texts with a trained SeqVAE: posterior parameters, encoder
 features, −ELBO and IW-NLL per text (the model's `encode`, `features`, `elbo` and `iw_nll`
-delegate here). Texts are whitespace-tokenised strings; any number, input order kept; evaluation
+delegate here). Texts are whitespace-tokenised strings, read as the checkpoint read its training
+lines (a label taken off, `words_as_read`); any number, input order kept; evaluation
 mode (no dropout) and no autograd, the model's previous mode restored afterwards.
 """
 
@@ -13,14 +14,29 @@ import torch
 from seqvae.core.losses import gaussian_kl
 from seqvae.core.metrics import iw_nll as iw_nll_estimate
 from seqvae.core.metrics import sample_posterior
-from seqvae.text.corpus import collate
+from seqvae.text.corpus import collate, label_format
+
+
+def words_as_read(model, text: str | list[str]) -> list[str]:
+    """A text's words as the checkpoint's training text was read (its vocabulary's saved
+    `label_column`): `label<TAB>text` loses the part before the tab, `label text` its first
+    token, as `seqvae test` reads a file's lines (else the label was scored as a word). A list of
+    words is taken as already read (the training loop's own texts)."""
+    if not isinstance(text, str):
+        return list(text)
+    labels = label_format((model.vocab.reading or {}).get("label_column", False))
+    if labels == "tab" and "\t" in text:
+        text = text.split("\t", 1)[1]
+    words = text.split()
+    return words[1:] if labels == "first_token" else words
 
 
 def text_batches(model, texts: list[str], batch_size: int):
-    """Batches of the texts' ids on the model's device, in input order."""
+    """Batches of the texts' ids on the model's device, in input order; words unknown to the
+    checkpoint's vocabulary read as its unknown token."""
     if model.vocab is None:
         raise RuntimeError("this model has no vocabulary: load it from a checkpoint or train it first")
-    ids = model.vocab.encode([t.split() for t in texts])
+    ids = model.vocab.encode([words_as_read(model, t) for t in texts])
     for s in range(0, len(ids), batch_size):
         batch = collate([torch.tensor(x) for x in ids[s : s + batch_size]])
         yield {k: v.to(model.device) for k, v in batch.items()}

@@ -7,15 +7,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import yaml
 from pytorch_lightning.callbacks import ModelCheckpoint
 from pytorch_lightning.cli import SaveConfigCallback
 
-from seqvae.rundir.files import VOCAB
+from seqvae.rundir.files import HPARAMS, VOCAB
 
 
 class RunDirConfig(SaveConfigCallback):
     """Saves config.yaml and vocab.json in the run directory. A resumed run (`--ckpt_path`)
-    keeps the config it started with instead of refusing to overwrite it."""
+    keeps the config it started with, or records the settings a resume may change where it did."""
 
     resuming = False  # set by the CLI before `fit --ckpt_path`
 
@@ -23,11 +24,25 @@ class RunDirConfig(SaveConfigCallback):
         # `trainer.log_dir` broadcasts under DDP: read it here, on every rank, not in
         # save_config (rank 0 only), which would leave the other ranks waiting.
         self._log_dir = trainer.log_dir
-        if self.resuming and self._log_dir and (Path(self._log_dir) / self.config_filename).exists():
-            self.already_saved = True
+        path = Path(self._log_dir or ".") / self.config_filename
+        if self.resuming and self._log_dir and path.exists():
+            # The CLI has refused every difference that changes what is computed (training/resume.py);
+            # what is left (max_epochs, logging, …) is recorded: config.yaml is rewritten with the
+            # resumed command's values. `ckpt_path` stays as the run started (a resume is not a setting).
+            old = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+            config = self.config.clone()
+            config["ckpt_path"] = old.get("ckpt_path")
+            if yaml.safe_load(self.parser.dump(config, skip_none=False)) == old:
+                self.already_saved = True
+            else:
+                self.config, self.overwrite = config, True
         super().setup(trainer, pl_module, stage)
 
     def save_config(self, trainer, pl_module, stage):
+        if self.resuming and self.overwrite and self._log_dir:
+            # The logger writes hparams.yaml only where there is none: removed, it is written anew
+            # with the resumed values (`model.test_iw_samples`, …), so that it agrees with config.yaml.
+            (Path(self._log_dir) / HPARAMS).unlink(missing_ok=True)
         dm = trainer.datamodule
         if self._log_dir and dm is not None and hasattr(dm, "vocab"):
             path = Path(self._log_dir) / VOCAB

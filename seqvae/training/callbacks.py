@@ -157,7 +157,11 @@ class PeriodicCheckpoint(Callback):
             return
         path = checkpoint.last_model_path or checkpoint.format_checkpoint_name({}, checkpoint.CHECKPOINT_NAME_LAST)
         checkpoint.last_model_path = path  # before the save: it is part of the saved state
-        trainer.save_checkpoint(path)
+        # weights_only=False: save the whole training state (optimisers, loops, callbacks), as
+        # ModelCheckpoint's own last.ckpt does. Said explicitly, else Lightning logs "`weights_only`
+        # was not set, defaulting to `False`" at every save: that is about what is *saved*, not
+        # how checkpoints are *loaded* (rundir/checkpoints.py loads with weights_only=True).
+        trainer.save_checkpoint(path, weights_only=False)
         self.saves += 1
         self._last_save = time.monotonic()
 
@@ -278,10 +282,11 @@ class TextSamples(Callback):
         dm, experiment = trainer.datamodule, getattr(trainer.logger, "experiment", None)
         if dm is None or pl_module.vocab is None or not hasattr(experiment, "add_text"):
             return
-        texts = [" ".join(t) for t in dm.corpora["val"].texts[: self.n]] if "val" in dm.corpora else []
+        words = dm.corpora["val"].texts[: self.n] if "val" in dm.corpora else []  # labels already taken off
+        texts = [" ".join(t) for t in words]
         lines = [f"**epoch {trainer.current_epoch + 1}**", "", "| input | reconstruction |", "|---|---|"]
         if texts and pl_module.encoder is not None:
-            rec = pl_module.reconstruct(texts, max_length=self.max_length)
+            rec = pl_module.reconstruct(words, max_length=self.max_length)
             lines += [f"| {_cell(a)} | {_cell(b)} |" for a, b in zip(texts, rec)]
         lines += ["", "| from the prior |", "|---|"]
         lines += [f"| {_cell(t)} |" for t in pl_module.sample(self.n, max_length=self.max_length, seed=0)]
