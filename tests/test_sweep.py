@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import json
 import os
@@ -567,3 +568,46 @@ def test_finished_cells_of_an_edited_grid_stop_the_sweep(in_repo, tmp_path, caps
     assert "last/seed1 started with other arguments than the grid gives it now: ran with --model.pooling last; " in (
         capsys.readouterr().err
     )
+
+
+def test_an_edited_config_file_stops_the_sweep_naming_the_file_and_cells(in_repo, tmp_path, capsys, monkeypatch):
+    """Issue 45, item 3: a variant's config file (and one it names, `config: inner.yaml`) is edited
+    after its cells ran: the rerun stops in one line naming the file and the cells, not "skipped"
+    with the old results. Cells whose sweep.run has no digests (older sweeps) are named in a note."""
+    monkeypatch.setattr(sweep, "fit_command", lambda args: [sys.executable, "-c", FAKE_FIT, *args])
+    root = tmp_path / "runs"
+    (tmp_path / "inner.yaml").write_text("model:\n  pooling: max\n")
+    (tmp_path / "b.yaml").write_text("config: inner.yaml\n")
+    variants = [{"name": "a"}, {"name": "b", "configs": [str(tmp_path / "b.yaml")]}]
+    path = write_grid(tmp_path / "grid.yaml", grid(root=str(root), seeds=[1, 2], variants=variants))
+    assert sweep.main([str(path)]) == 0
+    ran = json.loads((root / "b" / "seed1" / "sweep.run").read_text())["configs"]
+    assert list(ran) == [DEMO, str(tmp_path / "b.yaml"), str(tmp_path / "inner.yaml")]
+    assert ran[str(tmp_path / "inner.yaml")] == hashlib.sha256(b"model:\n  pooling: max\n").hexdigest()
+    capsys.readouterr()
+    before = {p: p.read_bytes() for p in root.rglob("*") if p.is_file()}
+    (tmp_path / "inner.yaml").write_text("model:\n  pooling: avg\n")
+    then, now = hashlib.sha256(b"model:\n  pooling: max\n").hexdigest(), hashlib.sha256(b"model:\n  pooling: avg\n").hexdigest()
+    for dry in ([], ["--dry-run"]):
+        assert sweep.main([str(path), *dry]) == 2
+        out, err = capsys.readouterr()
+        assert err.splitlines() == [
+            f"seqvae sweep: error: {path}: {tmp_path / 'inner.yaml'} was edited (sha256 {then[:12]} then, {now[:12]} now) "
+            f"since b/seed1, b/seed2 ran; move {root / 'b' / 'seed1'}, {root / 'b' / 'seed2'} aside to run them again, "
+            "or restore the file"
+        ]
+        assert "skip" not in out
+    assert {p: p.read_bytes() for p in root.rglob("*") if p.is_file()} == before  # nothing ran, moved or deleted
+    # A cell recorded before the digests: not checked, and said so; the others still are.
+    (tmp_path / "inner.yaml").write_text("model:\n  pooling: max\n")
+    for seed in (1, 2):
+        run = root / "b" / f"seed{seed}" / "sweep.run"
+        run.write_text(json.dumps({k: v for k, v in json.loads(run.read_text()).items() if k != "configs"}))
+    (tmp_path / "inner.yaml").write_text("model:\n  pooling: avg\n")
+    assert sweep.main([str(path)]) == 0
+    err = capsys.readouterr().err
+    assert (
+        "seqvae sweep: note: b/seed1, b/seed2 ran before the sweep kept its config files' digests: their contents are not "
+        "checked (a resumed cell's are from its resume on)\n"
+    ) in err
+    assert "b/seed1: finished" in err

@@ -6,8 +6,9 @@ Files in a cell's run directory (all `--status` and a rerun need, on the shared 
     sweep.log   the fit's output (stdout and stderr), one `# <time> seqvae fit …` line per start
     sweep.job   who runs the cell: {"executor", "job_id", "host", "pid_start", "folder", "submitted"}
                 (local: the fit's pid; submitit: the job's id, folder and submission time)
-    sweep.run   the fit: {"job_id", "host", "pid", "pid_start", "started", "args"}, then "ended" and
-                "exit" (its status, or "interrupted" when the sweep stopped it), or "requeued"
+    sweep.run   the fit: {"job_id", "host", "pid", "pid_start", "started", "args", "configs"}, then "ended" and
+                "exit" (its status, or "interrupted" when the sweep stopped it), or "requeued";
+                "configs": {file: sha256} of every config file the fit read (`config_digests`)
     checkpoints/last.ckpt, metrics.json   the fit's own: where it stands, and that it finished
 
 Torch-free at import: the checkpoint questions load torch when asked.
@@ -15,6 +16,7 @@ Torch-free at import: the checkpoint questions load torch when asked.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shlex
@@ -113,11 +115,13 @@ def write_job(run_dir: Path, executor: str, job_id: str, **more) -> None:
     write_json(run_dir / JOB_FILE, {"executor": executor, "job_id": job_id, "host": socket.gethostname(), **more})
 
 
-def mark_started(run_dir: Path, job_id: str, pid: int, args: list[str] | None = None) -> None:
+def mark_started(run_dir: Path, job_id: str, pid: int, args: list[str] | None = None, configs: dict | None = None) -> None:
     """`args`: the cell's `seqvae fit` arguments from its grid (without --ckpt_path), so that a
-    later sweep can tell a finished cell whose grid entry was edited since (`recorded_args`)."""
+    later sweep can tell a finished cell whose grid entry was edited since (`recorded_args`);
+    `configs`: the digests of the config files it read (`config_digests`, taken before it started)."""
     info = {"job_id": job_id, "host": socket.gethostname(), "pid": pid, "pid_start": proc_start(pid), "started": now()}
-    write_json(run_dir / RUN_FILE, {**info, **({"args": list(args)} if args is not None else {})})
+    info.update({"args": list(args)} if args is not None else {})
+    write_json(run_dir / RUN_FILE, {**info, **({"configs": dict(configs)} if configs is not None else {})})
 
 
 def mark_ended(run_dir: Path, code: int | str | None) -> None:
@@ -163,6 +167,56 @@ def recorded_args(run_dir: Path) -> list[str] | None:
     """The grid arguments the cell's run started with (sweep.run), None if not recorded."""
     args = read_run(run_dir).get("args")
     return args if isinstance(args, list) else None
+
+
+def recorded_configs(run_dir: Path) -> dict[str, str] | None:
+    """{file: sha256} of the config files the cell's run read (sweep.run), None if not recorded
+    (a cell run before the sweep recorded them)."""
+    configs = read_run(run_dir).get("configs")
+    return configs if isinstance(configs, dict) else None
+
+
+CONFIG_SUFFIXES = (".yaml", ".yml", ".json")
+
+
+def file_digest(path: Path) -> str | None:
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError:
+        return None  # gone (or unreadable) since
+
+
+def config_digests(args: list[str]) -> dict[str, str | None]:
+    """{file: sha256} of every config file a cell's `seqvae fit` reads: the files its arguments name
+    (`--config`, or an option's value naming a .yaml/.yml/.json file) and, recursively, those each
+    file names (a `config:` key, or a group given as a file, `model: model.yaml`), which jsonargparse
+    reads relative to the file naming them. The paths as the arguments write them, the nested ones
+    joined to their parent's directory; None for a file that cannot be read."""
+    todo = [a for a in args if a.endswith(CONFIG_SUFFIXES) and Path(a).is_file()]
+    digests: dict[str, str | None] = {}
+    while todo:
+        name = todo.pop(0)
+        if name in digests:
+            continue
+        digests[name] = file_digest(Path(name))
+        try:
+            content = yaml.safe_load(Path(name).read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, yaml.YAMLError):
+            continue  # its digest says it changed; the fit's parser names the error
+        todo += [n for n in _named_files(content, Path(name).parent) if n not in digests]
+    return digests
+
+
+def _named_files(node, base: Path) -> list[str]:
+    """The existing files that strings in a parsed config file name (relative to `base`)."""
+    if isinstance(node, str) and node.endswith(CONFIG_SUFFIXES):
+        path = Path(node) if Path(node).is_absolute() else base / node
+        return [os.path.normpath(path)] if path.is_file() else []
+    if isinstance(node, dict):
+        return [n for v in node.values() for n in _named_files(v, base)]
+    if isinstance(node, list):
+        return [n for v in node for n in _named_files(v, base)]
+    return []
 
 
 def max_epochs(run_dir: Path) -> int | None:

@@ -48,6 +48,7 @@ from seqvae.experiments.cells import (  # noqa: F401  (read_json, write_json: th
     POLL_SECONDS,
     REQUEUE_STOP_SECONDS,
     TAIL_LINES,
+    config_digests,
     log_tail,
     mark_ended,
     mark_requeued,
@@ -153,6 +154,7 @@ class CellJob(Checkpointable):
         with open(cell.run_dir / (LOG_FILE if rank == 0 else f"sweep.rank{rank}.log"), "a", encoding="utf-8") as log:
             log.write(f"# {now()} seqvae fit {' '.join(args)}  (job {job_id}, rank {rank})\n")
             log.flush()
+            configs = config_digests(cell.args)  # before the fit reads them
             self._proc = subprocess.Popen(
                 [*self.command, *args],
                 stdout=log,
@@ -161,7 +163,7 @@ class CellJob(Checkpointable):
                 preexec_fn=_fit_signals,
             )
             if rank == 0:
-                mark_started(cell.run_dir, job_id or str(self._proc.pid), self._proc.pid, cell.args)
+                mark_started(cell.run_dir, job_id or str(self._proc.pid), self._proc.pid, cell.args, configs)
             while self._proc.poll() is None:  # not wait(): checkpoint() may wait for it from a signal handler
                 time.sleep(0.5)
         code = self._proc.returncode

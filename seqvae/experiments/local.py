@@ -25,6 +25,7 @@ from seqvae.experiments.cells import (
     TAIL_LINES,
     checkpoint_position,
     command_line,
+    config_digests,
     fit_command,
     mark_ended,
     mark_started,
@@ -80,12 +81,13 @@ class LocalRunner:
             env.setdefault("OMP_NUM_THREADS", "1")
         log.write(f"# {now()} {command_line(args)}\n")
         log.flush()
+        configs = config_digests(cell.args)  # before the fit reads them
         proc = subprocess.Popen(
             self.command(args), stdout=log, stderr=subprocess.PIPE, env=env, encoding="utf-8", errors="replace"
         )
         self._live.add(proc)
         write_job(cell.run_dir, "local", str(proc.pid), pid_start=proc_start(proc.pid))
-        mark_started(cell.run_dir, str(proc.pid), proc.pid, cell.args)
+        mark_started(cell.run_dir, str(proc.pid), proc.pid, cell.args, configs)
         return proc
 
     def _follow(self, cell: Cell, proc: subprocess.Popen, start: float) -> None:

@@ -63,9 +63,12 @@ from seqvae.experiments.cells import (  # noqa: F401  (checkpoint_position, max_
     STOP_SECONDS,
     checkpoint_position,
     command_line,
+    config_digests,
+    file_digest,
     fit_command,
     has_leftovers,
     max_epochs,
+    recorded_configs,
     say,
 )
 from seqvae.experiments.grid import Cell, GridError, load_grid, select  # noqa: F401  (load_grid: part of this module's API)
@@ -103,6 +106,36 @@ def check_finished_cells(cells: list[Cell]) -> None:
             f"{cell.name} {'finished' if state == 'finished' else 'started'} with other arguments than the grid gives it "
             f"now{more}: {args_difference(ran, cell.args)}; move {cell.run_dir} aside to run it again, or restore the grid"
         )
+
+
+def check_config_contents(cells: list[Cell]) -> None:
+    """The same for the files: a finished or interrupted cell whose config files (a grid's or a
+    variant's `configs`, and the files they name) were edited since it started stops the sweep, in
+    one line naming the first such file and its cells. Cells recorded before the digests were kept
+    (no "configs" in sweep.run) are not checked (`unchecked_cells`)."""
+    changed: dict[str, list[tuple[Cell, str | None, str | None]]] = {}
+    for cell in cells:
+        ran = recorded_configs(cell.run_dir) if cell.state() in ("finished", "interrupted") else None
+        now = config_digests(cell.args) if ran is not None else {}
+        for name, digest in (ran or {}).items():
+            if now.get(name, file_digest(Path(name))) != digest:
+                changed.setdefault(name, []).append((cell, digest, now.get(name, file_digest(Path(name)))))
+    if changed:
+        name, hits = next(iter(changed.items()))
+        _, then, now = hits[0]
+        more = f" (and {len(changed) - 1} more files)" if len(changed) > 1 else ""
+        what = f"was edited (sha256 {(then or '?')[:12]} then, {now[:12]} now)" if now else "is gone"
+        dirs = ", ".join(str(c.run_dir) for c, _, _ in hits)
+        raise GridError(
+            f"{name} {what} since {', '.join(c.name for c, _, _ in hits)} ran{more}; "
+            f"move {dirs} aside to run {'it' if len(hits) == 1 else 'them'} again, or restore the file"
+        )
+
+
+def unchecked_cells(cells: list[Cell]) -> list[Cell]:
+    """Finished or interrupted cells whose sweep.run has no config digests (run by an older sweep)."""
+    return [c for c in cells if c.state() in ("finished", "interrupted") and c.recorded_args() is not None
+            and recorded_configs(c.run_dir) is None]  # fmt: skip
 
 
 def args_difference(ran: list[str], now: list[str]) -> str:
@@ -182,9 +215,14 @@ def main(argv: list[str] | None = None) -> int:
         try:
             check_variants(cells)
             check_finished_cells(cells)
+            check_config_contents(cells)
         except GridError as err:
             print(f"seqvae sweep: error: {args.grid}: {err}", file=sys.stderr)
             return 2
+        old = unchecked_cells(cells)
+        if old:
+            say(f"note: {', '.join(c.name for c in old)} ran before the sweep kept its config files' digests: their contents "
+                "are not checked (a resumed cell's are from its resume on)")
     if args.dry_run:
         dry_run(cells)
         return 0
