@@ -297,14 +297,21 @@ def test_failing_cell_then_resume(in_repo, tiny, tmp_path, capsys):
     assert "seqvae sweep: 6 cells (2 ran, 2 failed, 2 blocked) in " in err
     assert "seqvae sweep: not finished: bad/seed1, dep/seed1, bad/seed2, dep/seed2\n" in err
     assert re.search(r"seqvae sweep: grid 1/6 done, 0 running, 5 left, \d+:\d\d elapsed, ETA \d+:\d\d\n", err)  # ok/seed1 ran
-    assert re.search(r"seqvae sweep: grid 6/6 done, 0 running, 0 left, \d+:\d\d elapsed, ETA 0:00\n", err)
+    # every cell counted once: 2 + 2 + 2 + 0 + 0 = 6
+    assert re.search(r"seqvae sweep: grid 2/6 done, 2 failed, 2 blocked, 0 running, 0 left, \d+:\d\d elapsed, ETA 0:00\n", err)
     assert "| run | n |" in out and "| ok | 2 |" in out  # the compare table of the finished cells
 
     # The dry run now skips the finished cells; the failed ones start again in a clean directory.
-    assert sweep.main([str(first), "--dry-run"]) == 0
-    lines = capsys.readouterr().out.splitlines()
+    # Issue 45, item 11: the dry run names the missing data file of the cells that would fail on it (exit 1).
+    assert sweep.main([str(first), "--dry-run"]) == 1
+    out, err = capsys.readouterr()
+    lines = out.splitlines()
     assert lines[0] == f"# [1/6] ok/seed1: finished, skip ({root}/ok/seed1/metrics.json)"
-    assert lines[1] == "# [2/6] bad/seed1: start (after moving the leftovers of a failed start aside)"
+    assert lines[1] == (
+        "# [2/6] bad/seed1: start (after moving the leftovers of a failed start aside), and it would fail: "
+        f"data.train: no such file {tiny / 'missing.txt'}"
+    )
+    assert err.endswith("seqvae sweep: 2 cells would fail on a missing data file: bad/seed1, bad/seed2\n")
 
     # 2. An interrupted cell (checkpoints, no metrics.json) resumes; a finished one is not touched.
     before = snapshot(root / "ok" / "seed1")
@@ -359,7 +366,7 @@ time.sleep(1.0)
 
 
 SLOW_FIT = """
-import signal, sys, time
+import os, signal, sys, time
 from pathlib import Path
 a = sys.argv[1:]
 value = lambda key: a[a.index(key) + 1]
@@ -369,6 +376,7 @@ def stop(signum, frame):
     (run / "stopped_by").write_text(signal.Signals(signum).name)
     sys.exit(130)
 signal.signal(signal.SIGINT, stop)
+(run / "pgid").write_text(str(os.getpgid(0)))
 (run / "started").write_text("")
 time.sleep(60)
 """
@@ -389,7 +397,6 @@ def test_sigterm_stops_the_cells_and_marks_them_interrupted(in_repo, tmp_path, c
 
     fit = SLOW_FIT_KEYBOARD_INTERRUPT if sigint == "ignored" else SLOW_FIT
     monkeypatch.setattr(sweep, "fit_command", lambda args: [sys.executable, "-c", fit, *args])
-    monkeypatch.setattr(sweep, "GRACE_SECONDS", 0.5)
     monkeypatch.setattr(sweep, "STOP_SECONDS", 10)  # then killed: no stopped_by file
     if sigint == "ignored":
         previous_sigint = signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -412,9 +419,14 @@ def test_sigterm_stops_the_cells_and_marks_them_interrupted(in_repo, tmp_path, c
         assert sigint == "default" or signal.getsignal(signal.SIGINT) is signal.SIG_IGN  # as it was
     finally:
         request_restore()
-    assert "interrupted; rerun the same command to resume" in capsys.readouterr().err
-    for c in cells:
+    err = capsys.readouterr().err
+    names = ", ".join(f"{v}/seed1" for v in ("last", "max"))
+    assert err.endswith(f"seqvae sweep: interrupted: 2 of 2 cells not finished ({names}); rerun the same command to resume\n")
+    for i, c in enumerate(cells):
+        assert f"seqvae sweep: [{i + 1}/2] {c.parent.name}/seed1: stopped after " in err  # before its first checkpoint
         assert (c / "stopped_by").read_text() == "SIGINT"  # passed on: no orphaned fit
+        # in a process group of its own: a terminal's Ctrl-C reaches the sweep alone, which passes one SIGINT on at once
+        assert int((c / "pgid").read_text()) != os.getpgid(0)
         assert json.loads((c / "sweep.run").read_text())["exit"] == "interrupted"
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # the sweep's handler is gone
 

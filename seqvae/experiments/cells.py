@@ -20,8 +20,10 @@ import hashlib
 import json
 import os
 import shlex
+import signal
 import socket
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -33,7 +35,6 @@ JOB_FILE, RUN_FILE, LOG_FILE = "sweep.job", "sweep.run", "sweep.log"  # the swee
 
 POLL_SECONDS = 2.0  # how often a running cell (a fit, a job) is looked at
 TAIL_LINES = 20  # the lines of a failed cell's output (stderr, sweep.log, a traceback) that are printed
-GRACE_SECONDS = 10  # an interrupted sweep: for a fit to stop on the SIGINT a terminal's Ctrl-C already sent it
 # Two stop timeouts, different on purpose: after SIGINT, how long a fit gets to save its checkpoint
 # and stop before it is killed.
 # - The sweep was interrupted (Ctrl-C, `kill PID`): nothing else kills the fit meanwhile, so it gets
@@ -46,9 +47,15 @@ REQUEUE_STOP_SECONDS = 60
 
 
 # ------------------------------------------------------------------------------------- the command
-def say(text: str) -> None:
-    """One line of the sweep's own output, on stderr."""
-    print(f"seqvae sweep: {text}", file=sys.stderr, flush=True)
+_OUTPUT = threading.Lock()  # the pool threads' progress lines and the main thread's
+
+
+def say(text: str, more: list[str] | tuple = ()) -> None:
+    """One line of the sweep's own output on stderr, and `more` lines under it (indented), written
+    whole: `print` writes a line and its newline apart, so two threads' lines ran together."""
+    with _OUTPUT:
+        sys.stderr.write("".join(f"{line}\n" for line in [f"seqvae sweep: {text}", *(f"    {m}" for m in more)]))
+        sys.stderr.flush()
 
 
 def fit_command(args: list[str]) -> list[str]:
@@ -60,6 +67,37 @@ def fit_command(args: list[str]) -> list[str]:
 def command_line(args: list[str]) -> str:
     """A cell's `seqvae fit` as one shell line (dry runs, sweep.log)."""
     return "seqvae fit " + shlex.join(args)
+
+
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def dies_with_parent(own_group: bool):
+    """A `preexec_fn` for a fit: the kernel sends it SIGINT (Lightning's clean stop: the last
+    checkpoint stays) when the thread that started it dies, even by `kill -9` of the sweep
+    (PR_SET_PDEATHSIG). Chosen over a fit that polls its parent: it needs nothing from the fit's
+    code (`seqvae.cli` is a plain `seqvae fit`), costs nothing while it runs and acts at once. The
+    thread that starts a fit follows it until it ends (`LocalRunner.run`, `CellJob.__call__`), so
+    only the sweep's (or the job's) death fires it. Linux only; elsewhere a killed sweep's fits run
+    on, and a rerun refuses their cells while they do (`sweep.check_no_live_fits`).
+    `own_group`: the fit gets its own process group, so that a terminal's Ctrl-C reaches the sweep
+    alone, which passes exactly one SIGINT on to each fit at once (`LocalRunner.stop`)."""
+    parent = os.getpid()
+    prctl = None
+    if sys.platform.startswith("linux"):
+        import ctypes  # loaded here, not after the fork
+
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+
+    def preexec():
+        if own_group:
+            os.setpgid(0, 0)
+        if prctl is not None:
+            prctl(PR_SET_PDEATHSIG, int(signal.SIGINT))
+            if os.getppid() != parent:  # the sweep died between the fork and the prctl
+                os._exit(130)
+
+    return preexec
 
 
 # ------------------------------------------------------------------------------------- state files
@@ -139,6 +177,22 @@ def log_tail(path: Path, lines: int = TAIL_LINES) -> list[str]:
             return [line.rstrip("\n") for line in f.readlines()[-lines:]]
     except OSError:
         return []
+
+
+WARNING = "seqvae: warning: "  # how `seqvae fit` starts a warning line (cli, datamodule, bn_bound)
+
+
+def run_warnings(run_dir: Path) -> list[str]:
+    """The distinct warnings of the cell's latest start (sweep.log after its last `# … seqvae fit`
+    line), in order, without the prefix: the sweep repeats them in its own output."""
+    try:
+        text = (run_dir / LOG_FILE).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return []
+    lines = text.splitlines()
+    starts = [i for i, line in enumerate(lines) if line.startswith("# ") and " seqvae fit " in line]
+    found = [line[len(WARNING) :] for line in lines[starts[-1] if starts else 0 :] if line.startswith(WARNING)]
+    return list(dict.fromkeys(found))
 
 
 # ------------------------------------------------------------------------------------- questions

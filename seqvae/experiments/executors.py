@@ -31,6 +31,7 @@ and to `--status` (`status.py`).
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import signal
@@ -49,6 +50,7 @@ from seqvae.experiments.cells import (  # noqa: F401  (read_json, write_json: th
     REQUEUE_STOP_SECONDS,
     TAIL_LINES,
     config_digests,
+    dies_with_parent,
     log_tail,
     mark_ended,
     mark_requeued,
@@ -128,9 +130,10 @@ def _job_env() -> tuple[str | None, int]:
         return None, 0
 
 
-def _fit_signals():  # before exec: the job handles preemption; SIGINT stops the fit even if the sweep ignores it (`… &`)
+def _fit_signals(dies_with_job):  # before exec: the job handles preemption; SIGINT stops the fit even if the sweep ignores it (`… &`)
     signal.signal(submitit.JobEnvironment._usr_sig(), signal.SIG_IGN)
     signal.signal(signal.SIGINT, signal.SIG_DFL)  # inherited SIG_IGN: no KeyboardInterrupt, killed after REQUEUE_STOP_SECONDS
+    dies_with_job()  # a job killed outright (scancel --signal KILL, kill -9) stops its fit: no orphan writing the run
 
 
 class CellJob(Checkpointable):
@@ -160,7 +163,7 @@ class CellJob(Checkpointable):
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 env={**os.environ, **self.env},
-                preexec_fn=_fit_signals,
+                preexec_fn=functools.partial(_fit_signals, dies_with_parent(own_group=False)),
             )
             if rank == 0:
                 mark_started(cell.run_dir, job_id or str(self._proc.pid), self._proc.pid, cell.args, configs)
