@@ -18,6 +18,7 @@ import torch
 import yaml
 from test_model import write_corpus
 
+from seqvae.experiments import cells as cell_files
 from seqvae.experiments import sweep
 
 REPO = Path(__file__).resolve().parents[1]
@@ -623,3 +624,148 @@ def test_an_edited_config_file_stops_the_sweep_naming_the_file_and_cells(in_repo
         "checked (a resumed cell's are from its resume on)\n"
     ) in err
     assert "b/seed1: finished" in err
+
+
+def test_kill_9_of_the_sweep_stops_its_fit_and_a_rerun_refuses_a_live_one(in_repo, tmp_path, capsys, monkeypatch):
+    """Issue 45, item 7: `kill -9` of a sweep mid-cell used to leave its fit training (and a rerun
+    resumed beside it). Now the kernel sends the fit SIGINT (PR_SET_PDEATHSIG); and a rerun refuses
+    a cell whose recorded fit still runs, in one line naming the pid."""
+    import signal
+    import subprocess
+
+    root = tmp_path / "runs"
+    path = write_grid(tmp_path / "grid.yaml", grid(root=str(root), seeds=[1], variants=[{"name": "a"}]))
+    driver = (
+        "import sys\nfrom seqvae.experiments import sweep\n"
+        f"sweep.fit_command = lambda args: [sys.executable, '-c', {SLOW_FIT!r}, *args]\n"
+        f"sys.exit(sweep.main([{str(path)!r}]))\n"
+    )
+    cell = root / "a" / "seed1"
+    sweep_proc = subprocess.Popen([sys.executable, "-c", driver], stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 120
+        while not (cell / "started").exists() and time.time() < deadline:
+            time.sleep(0.1)
+        assert (cell / "started").exists()
+        fit_pid = json.loads((cell / "sweep.run").read_text())["pid"]
+    finally:
+        sweep_proc.kill()  # kill -9: no handler of the sweep runs
+        sweep_proc.wait()
+    deadline = time.time() + 60
+    while not (cell / "stopped_by").exists() and time.time() < deadline:
+        time.sleep(0.1)
+    assert (cell / "stopped_by").read_text() == "SIGINT"  # the orphan got Lightning's clean stop
+    while cell_files.pid_alive(fit_pid) and time.time() < deadline:  # it exits (reaped by init)
+        time.sleep(0.1)
+
+    # A fit recorded in sweep.run that still runs (here a sleep this test started): refused, nothing written.
+    monkeypatch.setattr(sweep, "fit_command", lambda args: [sys.executable, "-c", FAKE_FIT, *args])
+    (cell / "checkpoints").mkdir(parents=True)
+    (cell / "checkpoints" / "last.ckpt").write_bytes(b"")
+    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    try:
+        run = json.loads((cell / "sweep.run").read_text())
+        run.update(pid=live.pid, pid_start=cell_files.proc_start(live.pid), started="2026-12-06 01:00:00")
+        run.pop("ended", None)
+        (cell / "sweep.run").write_text(json.dumps(run))
+        before = {p: p.read_bytes() for p in root.rglob("*") if p.is_file()}
+        for dry in ([], ["--dry-run"]):
+            assert sweep.main([str(path), *dry]) == 2
+            assert capsys.readouterr().err.splitlines()[-1] == (
+                f"seqvae sweep: error: {path}: a/seed1: its previous fit (pid {live.pid}, started 2026-12-06 01:00:00) is still "
+                f"running in {cell}; wait for it to end or stop it (kill -INT {live.pid}), then rerun"
+            )
+        assert {p: p.read_bytes() for p in root.rglob("*") if p.is_file()} == before
+    finally:
+        live.kill()
+        live.wait()
+    assert sweep.main([str(path)]) == 0  # once it ended, the cell resumes
+    assert f"[1/1] a/seed1: resuming from {cell}/checkpoints/last.ckpt" in capsys.readouterr().err
+
+
+# Its test under way when the sweep is interrupted: it finishes on the SIGINT (metrics.json, exit 0).
+FINISHING_FIT = SLOW_FIT.replace(
+    'def stop(signum, frame):\n    (run / "stopped_by").write_text(signal.Signals(signum).name)\n    sys.exit(130)',
+    'def stop(signum, frame):\n    (run / "config.yaml").write_text("model: {name: " + run.parent.name + "}\\n")\n'
+    '    (run / "metrics.json").write_text("{}")\n    sys.exit(0)',
+)
+
+
+def test_a_cell_that_finishes_after_the_interruption_is_reported_done(in_repo, tmp_path, capsys, monkeypatch):
+    """Issue 45, item 11: both cells finished after the SIGINT, yet the sweep said "interrupted"
+    and sweep.run recorded them as interrupted."""
+    import signal
+    import threading
+
+    assert "metrics.json" in FINISHING_FIT
+    monkeypatch.setattr(sweep, "fit_command", lambda args: [sys.executable, "-c", FINISHING_FIT, *args])
+    root = tmp_path / "runs"
+    path = write_grid(tmp_path / "grid.yaml", grid(root=str(root), seeds=[1]))
+    cells = [root / v / "seed1" for v in ("last", "max")]
+
+    def ctrl_c():  # the terminal's SIGINT reaches the sweep (the fits have their own process group)
+        deadline = time.time() + 60
+        while not all((c / "started").exists() for c in cells) and time.time() < deadline:
+            time.sleep(0.05)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    threading.Thread(target=ctrl_c, daemon=True).start()
+    assert sweep.main([str(path), "--jobs", "2"]) == 0
+    err = capsys.readouterr().err
+    for i, c in enumerate(cells):
+        assert f"seqvae sweep: [{i + 1}/2] {c.parent.name}/seed1: done in " in err
+        assert json.loads((c / "sweep.run").read_text())["exit"] == 0
+    assert "seqvae sweep: interrupted after every cell had finished\n" in err
+    assert "not finished" not in err and "rerun the same command" not in err
+
+
+def test_progress_lines_are_written_whole_and_their_counts_add_up(in_repo, tmp_path, capsys, monkeypatch):
+    """Issue 45, item 11: `print` wrote a line and its newline apart, so the pool threads' lines ran
+    together ("0:18 elapsedseqvae sweep: [1/2]…"); and a resumed grid said "grid 1/3 done, 0 running,
+    1 left" (a finished cell not yet skipped was counted nowhere)."""
+    writes = []
+
+    class Recorder:
+        def write(self, text):
+            writes.append(text)
+
+        def flush(self):
+            pass
+
+    monkeypatch.setattr(sys, "stderr", Recorder())
+    sweep.say("grid 1/2 done")
+    assert writes == ["seqvae sweep: grid 1/2 done\n"]  # one write: no other thread's line between the text and its newline
+    sweep.say("FAILED; its tail:", ["tail 1", "tail 2"])
+    monkeypatch.undo()
+    assert writes[1:] == ["seqvae sweep: FAILED; its tail:\n    tail 1\n    tail 2\n"]
+
+    monkeypatch.setattr(sweep, "fit_command", lambda args: [sys.executable, "-c", FAKE_FIT, *args])
+    root = tmp_path / "runs"
+    path = write_grid(tmp_path / "grid.yaml", grid(root=str(root), seeds=[1], variants=[{"name": v} for v in "abc"]))
+    assert sweep.main([str(path), "--variants", "c"]) == 0
+    capsys.readouterr()
+    assert sweep.main([str(path)]) == 0
+    progress = re.findall(r"grid (\d+)/3 done, (\d+) running, (\d+) left", capsys.readouterr().err)
+    assert progress == [("2", "0", "1"), ("3", "0", "0"), ("3", "0", "0")]  # a ran; b ran; c skipped
+
+
+WARNING_FIT = FAKE_FIT + (
+    "print('seqvae: warning: data.val reads yahoo.txt, but data.train is now mine.txt', file=sys.stderr)\n"
+    "print('seqvae: warning: data.val reads yahoo.txt, but data.train is now mine.txt', file=sys.stderr)\n"
+    "print('an ordinary line', file=sys.stderr)\n"
+)
+
+
+def test_a_cells_warnings_are_repeated_in_the_sweeps_output(in_repo, tmp_path, capsys, monkeypatch):
+    """Issue 45, item 11: a variant overriding only data.train validates on another corpus; the
+    warning was only in the cell's sweep.log."""
+    monkeypatch.setattr(sweep, "fit_command", lambda args: [sys.executable, "-c", WARNING_FIT, *args])
+    root = tmp_path / "runs"
+    path = write_grid(tmp_path / "grid.yaml", grid(root=str(root), seeds=[1], variants=[{"name": "a"}]))
+    assert sweep.main([str(path)]) == 0
+    err = capsys.readouterr().err
+    assert (
+        f"seqvae sweep: [1/1] a/seed1: 1 warning (in {root}/a/seed1/sweep.log):\n"
+        "    data.val reads yahoo.txt, but data.train is now mine.txt\n"
+    ) in err
+    assert "seqvae sweep: warnings (printed above with their cells): a/seed1 (1)\n" in err
