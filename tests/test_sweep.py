@@ -769,3 +769,42 @@ def test_a_cells_warnings_are_repeated_in_the_sweeps_output(in_repo, tmp_path, c
         "    data.val reads yahoo.txt, but data.train is now mine.txt\n"
     ) in err
     assert "seqvae sweep: warnings (printed above with their cells): a/seed1 (1)\n" in err
+
+
+def test_the_own_corpus_recipe_keeps_each_corpus_in_its_own_runs_and_stage_two_finds_its_stage_one(tiny, tmp_path, monkeypatch):
+    """Issue 45, item 12: the README's recipe on a user's files carried yahoo10k's max_vocab 5000,
+    wrote runs/yahoo10k/… for any corpus (a second corpus's stage 1 was refused) and stage 2 read a
+    fixed directory. configs/own/: the user's files and save_dir, the whole vocabulary, and a
+    stage 2 that loads the stage 1 of its own save_dir and version."""
+    from seqvae.cli import SeqVAECLI
+
+    monkeypatch.chdir(tmp_path)
+    other = tmp_path / "other"
+    other.mkdir()
+    for name, seed in (("train", 5), ("valid", 6), ("test", 7)):
+        write_corpus(other / f"{name}.txt", 40, seed)
+
+    def stage(config, corpus, save_dir):
+        args = [f"--config={REPO / 'configs' / 'own' / config}", f"--data.train={corpus / 'train.txt'}",
+                f"--data.val={corpus / 'valid.txt'}", f"--data.test={corpus / 'test.txt'}",
+                "--model.embed_dim=8", "--model.hidden_dim=12", "--model.latent_dim=4", "--trainer.max_epochs=1",
+                "--trainer.limit_train_batches=2", "--trainer.limit_val_batches=2", "--trainer.enable_model_summary=false",
+                "--trainer.num_sanity_val_steps=0", f"--trainer.logger.init_args.save_dir={save_dir}"]  # fmt: skip
+        cli = SeqVAECLI(args=args, run=False)
+        assert cli.datamodule.hparams.max_vocab is None  # every training word, not yahoo10k's 5000
+        cli.trainer.fit(cli.model, cli.datamodule)
+        return cli
+
+    first = stage("recommended_autoencoder.yaml", tiny, "runs/tiny")
+    second = stage("recommended_autoencoder.yaml", other, "runs/other")  # a second corpus: its own directory
+    for cli, name in ((first, "tiny"), (second, "other")):
+        best = Path(cli.trainer.checkpoint_callback.best_model_path)
+        assert best.resolve() == (tmp_path / "runs" / name / "recommended_autoencoder" / "seed1" / "checkpoints" / "best.ckpt")
+    words = {w for line in (other / "train.txt").read_text().splitlines() for w in line.split()}
+    assert len(second.datamodule.vocab) == len(words) + 4  # the whole vocabulary, besides the 4 reserved ids
+    stage2 = SeqVAECLI(args=[f"--config={REPO / 'configs' / 'own' / 'recommended.yaml'}", f"--data.train={other / 'train.txt'}",
+                             f"--data.val={other / 'valid.txt'}", f"--data.test={other / 'test.txt'}",
+                             "--model.embed_dim=8", "--model.hidden_dim=12", "--model.latent_dim=4",
+                             "--trainer.logger.init_args.save_dir=runs/other"], run=False)  # fmt: skip
+    assert stage2.model.hparams.init_encoder_from == "runs/other/recommended_autoencoder/seed1/checkpoints/best.ckpt"
+    assert stage2.datamodule.hparams.max_vocab is None
