@@ -22,7 +22,8 @@ The grid file (see configs/sweeps/):
 Override values may use `${seed}`, `${variant}` and `${root}`. Cells run seed by seed, in the order
 of `variants` (seed 1 of every variant, then seed 2, …), each as its own subprocess, so a crash
 stops only that cell. Rerunning the same command skips cells with metrics.json (refusing one that
-ran with other arguments than the grid now gives it, `check_finished_cells`), resumes cells with
+ran with other arguments than the grid now gives it, `check_finished_cells`, or read a config
+file edited since, `check_config_contents`), resumes cells with
 checkpoints/last.ckpt from it, and starts the others (the leftovers of a start that failed before
 its first checkpoint move to `<root>/<variant>/failed-seed<N>`). On a fresh machine (a new clone,
 no run directories) a cell whose results are already in `export` counts as done and is skipped,
