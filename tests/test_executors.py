@@ -99,8 +99,8 @@ def test_submitit_local_grid_with_a_cell_killed_mid_run_and_resumed(tiny, tmp_pa
     assert "seqvae sweep: [1/2] a/seed1: FAILED (exit -9) after " in err
     assert "    # " in err and "seqvae fit --config" in err  # the tail of a's sweep.log
     assert "seqvae sweep: [2/2] b/seed1: done in " in err and (b / "metrics.json").is_file()
-    assert re.search(r"seqvae sweep: grid 1/2 done, 0 running, 1 left, \d+:\d\d elapsed, ETA \?\n", err)
-    assert re.search(r"seqvae sweep: grid 2/2 done, 0 running, 0 left, \d+:\d\d elapsed, ETA 0:00\n", err)
+    assert re.search(r"seqvae sweep: grid 0/2 done, 1 failed, 0 running, 1 left, \d+:\d\d elapsed, ETA \?\n", err)
+    assert re.search(r"seqvae sweep: grid 1/2 done, 1 failed, 0 running, 0 left, \d+:\d\d elapsed, ETA 0:00\n", err)
     assert "seqvae sweep: 2 cells (1 failed, 1 ran) in " in err
     assert [line.split(" | ")[1] for line in out.splitlines() if line.startswith("| ")][1:] == ["1"]  # b's row
 

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import json
 import os
@@ -17,6 +18,7 @@ import torch
 import yaml
 from test_model import write_corpus
 
+from seqvae.experiments import cells as cell_files
 from seqvae.experiments import sweep
 
 REPO = Path(__file__).resolve().parents[1]
@@ -296,14 +298,21 @@ def test_failing_cell_then_resume(in_repo, tiny, tmp_path, capsys):
     assert "seqvae sweep: 6 cells (2 ran, 2 failed, 2 blocked) in " in err
     assert "seqvae sweep: not finished: bad/seed1, dep/seed1, bad/seed2, dep/seed2\n" in err
     assert re.search(r"seqvae sweep: grid 1/6 done, 0 running, 5 left, \d+:\d\d elapsed, ETA \d+:\d\d\n", err)  # ok/seed1 ran
-    assert re.search(r"seqvae sweep: grid 6/6 done, 0 running, 0 left, \d+:\d\d elapsed, ETA 0:00\n", err)
+    # every cell counted once: 2 + 2 + 2 + 0 + 0 = 6
+    assert re.search(r"seqvae sweep: grid 2/6 done, 2 failed, 2 blocked, 0 running, 0 left, \d+:\d\d elapsed, ETA 0:00\n", err)
     assert "| run | n |" in out and "| ok | 2 |" in out  # the compare table of the finished cells
 
     # The dry run now skips the finished cells; the failed ones start again in a clean directory.
-    assert sweep.main([str(first), "--dry-run"]) == 0
-    lines = capsys.readouterr().out.splitlines()
+    # Issue 45, item 11: the dry run names the missing data file of the cells that would fail on it (exit 1).
+    assert sweep.main([str(first), "--dry-run"]) == 1
+    out, err = capsys.readouterr()
+    lines = out.splitlines()
     assert lines[0] == f"# [1/6] ok/seed1: finished, skip ({root}/ok/seed1/metrics.json)"
-    assert lines[1] == "# [2/6] bad/seed1: start (after moving the leftovers of a failed start aside)"
+    assert lines[1] == (
+        "# [2/6] bad/seed1: start (after moving the leftovers of a failed start aside), and it would fail: "
+        f"data.train: no such file {tiny / 'missing.txt'}"
+    )
+    assert err.endswith("seqvae sweep: 2 cells would fail on a missing data file: bad/seed1, bad/seed2\n")
 
     # 2. An interrupted cell (checkpoints, no metrics.json) resumes; a finished one is not touched.
     before = snapshot(root / "ok" / "seed1")
@@ -358,7 +367,7 @@ time.sleep(1.0)
 
 
 SLOW_FIT = """
-import signal, sys, time
+import os, signal, sys, time
 from pathlib import Path
 a = sys.argv[1:]
 value = lambda key: a[a.index(key) + 1]
@@ -368,6 +377,7 @@ def stop(signum, frame):
     (run / "stopped_by").write_text(signal.Signals(signum).name)
     sys.exit(130)
 signal.signal(signal.SIGINT, stop)
+(run / "pgid").write_text(str(os.getpgid(0)))
 (run / "started").write_text("")
 time.sleep(60)
 """
@@ -388,7 +398,6 @@ def test_sigterm_stops_the_cells_and_marks_them_interrupted(in_repo, tmp_path, c
 
     fit = SLOW_FIT_KEYBOARD_INTERRUPT if sigint == "ignored" else SLOW_FIT
     monkeypatch.setattr(sweep, "fit_command", lambda args: [sys.executable, "-c", fit, *args])
-    monkeypatch.setattr(sweep, "GRACE_SECONDS", 0.5)
     monkeypatch.setattr(sweep, "STOP_SECONDS", 10)  # then killed: no stopped_by file
     if sigint == "ignored":
         previous_sigint = signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -411,9 +420,14 @@ def test_sigterm_stops_the_cells_and_marks_them_interrupted(in_repo, tmp_path, c
         assert sigint == "default" or signal.getsignal(signal.SIGINT) is signal.SIG_IGN  # as it was
     finally:
         request_restore()
-    assert "interrupted; rerun the same command to resume" in capsys.readouterr().err
-    for c in cells:
+    err = capsys.readouterr().err
+    names = ", ".join(f"{v}/seed1" for v in ("last", "max"))
+    assert err.endswith(f"seqvae sweep: interrupted: 2 of 2 cells not finished ({names}); rerun the same command to resume\n")
+    for i, c in enumerate(cells):
+        assert f"seqvae sweep: [{i + 1}/2] {c.parent.name}/seed1: stopped after " in err  # before its first checkpoint
         assert (c / "stopped_by").read_text() == "SIGINT"  # passed on: no orphaned fit
+        # in a process group of its own: a terminal's Ctrl-C reaches the sweep alone, which passes one SIGINT on at once
+        assert int((c / "pgid").read_text()) != os.getpgid(0)
         assert json.loads((c / "sweep.run").read_text())["exit"] == "interrupted"
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # the sweep's handler is gone
 
@@ -567,3 +581,230 @@ def test_finished_cells_of_an_edited_grid_stop_the_sweep(in_repo, tmp_path, caps
     assert "last/seed1 started with other arguments than the grid gives it now: ran with --model.pooling last; " in (
         capsys.readouterr().err
     )
+
+
+def test_an_edited_config_file_stops_the_sweep_naming_the_file_and_cells(in_repo, tmp_path, capsys, monkeypatch):
+    """Issue 45, item 3: a variant's config file (and one it names, `config: inner.yaml`) is edited
+    after its cells ran: the rerun stops in one line naming the file and the cells, not "skipped"
+    with the old results. Cells whose sweep.run has no digests (older sweeps) are named in a note."""
+    monkeypatch.setattr(sweep, "fit_command", lambda args: [sys.executable, "-c", FAKE_FIT, *args])
+    root = tmp_path / "runs"
+    (tmp_path / "inner.yaml").write_text("model:\n  pooling: max\n")
+    (tmp_path / "b.yaml").write_text("config: inner.yaml\n")
+    variants = [{"name": "a"}, {"name": "b", "configs": [str(tmp_path / "b.yaml")]}]
+    path = write_grid(tmp_path / "grid.yaml", grid(root=str(root), seeds=[1, 2], variants=variants))
+    assert sweep.main([str(path)]) == 0
+    ran = json.loads((root / "b" / "seed1" / "sweep.run").read_text())["configs"]
+    assert list(ran) == [DEMO, str(tmp_path / "b.yaml"), str(tmp_path / "inner.yaml")]
+    assert ran[str(tmp_path / "inner.yaml")] == hashlib.sha256(b"model:\n  pooling: max\n").hexdigest()
+    capsys.readouterr()
+    before = {p: p.read_bytes() for p in root.rglob("*") if p.is_file()}
+    (tmp_path / "inner.yaml").write_text("model:\n  pooling: avg\n")
+    then, now = hashlib.sha256(b"model:\n  pooling: max\n").hexdigest(), hashlib.sha256(b"model:\n  pooling: avg\n").hexdigest()
+    for dry in ([], ["--dry-run"]):
+        assert sweep.main([str(path), *dry]) == 2
+        out, err = capsys.readouterr()
+        assert err.splitlines() == [
+            f"seqvae sweep: error: {path}: {tmp_path / 'inner.yaml'} was edited (sha256 {then[:12]} then, {now[:12]} now) "
+            f"since b/seed1, b/seed2 ran; move {root / 'b' / 'seed1'}, {root / 'b' / 'seed2'} aside to run them again, "
+            "or restore the file"
+        ]
+        assert "skip" not in out
+    assert {p: p.read_bytes() for p in root.rglob("*") if p.is_file()} == before  # nothing ran, moved or deleted
+    # A cell recorded before the digests: not checked, and said so; the others still are.
+    (tmp_path / "inner.yaml").write_text("model:\n  pooling: max\n")
+    for seed in (1, 2):
+        run = root / "b" / f"seed{seed}" / "sweep.run"
+        run.write_text(json.dumps({k: v for k, v in json.loads(run.read_text()).items() if k != "configs"}))
+    (tmp_path / "inner.yaml").write_text("model:\n  pooling: avg\n")
+    assert sweep.main([str(path)]) == 0
+    err = capsys.readouterr().err
+    assert (
+        "seqvae sweep: note: b/seed1, b/seed2 ran before the sweep kept its config files' digests: their contents are not "
+        "checked (a resumed cell's are from its resume on)\n"
+    ) in err
+    assert "b/seed1: finished" in err
+
+
+def test_kill_9_of_the_sweep_stops_its_fit_and_a_rerun_refuses_a_live_one(in_repo, tmp_path, capsys, monkeypatch):
+    """Issue 45, item 7: `kill -9` of a sweep mid-cell used to leave its fit training (and a rerun
+    resumed beside it). Now the kernel sends the fit SIGINT (PR_SET_PDEATHSIG); and a rerun refuses
+    a cell whose recorded fit still runs, in one line naming the pid."""
+    import signal
+    import subprocess
+
+    root = tmp_path / "runs"
+    path = write_grid(tmp_path / "grid.yaml", grid(root=str(root), seeds=[1], variants=[{"name": "a"}]))
+    driver = (
+        "import sys\nfrom seqvae.experiments import sweep\n"
+        f"sweep.fit_command = lambda args: [sys.executable, '-c', {SLOW_FIT!r}, *args]\n"
+        f"sys.exit(sweep.main([{str(path)!r}]))\n"
+    )
+    cell = root / "a" / "seed1"
+    sweep_proc = subprocess.Popen([sys.executable, "-c", driver], stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 120
+        while not (cell / "started").exists() and time.time() < deadline:
+            time.sleep(0.1)
+        assert (cell / "started").exists()
+        fit_pid = json.loads((cell / "sweep.run").read_text())["pid"]
+    finally:
+        sweep_proc.kill()  # kill -9: no handler of the sweep runs
+        sweep_proc.wait()
+    deadline = time.time() + 60
+    while not (cell / "stopped_by").exists() and time.time() < deadline:
+        time.sleep(0.1)
+    assert (cell / "stopped_by").read_text() == "SIGINT"  # the orphan got Lightning's clean stop
+    while cell_files.pid_alive(fit_pid) and time.time() < deadline:  # it exits (reaped by init)
+        time.sleep(0.1)
+
+    # A fit recorded in sweep.run that still runs (here a sleep this test started): refused, nothing written.
+    monkeypatch.setattr(sweep, "fit_command", lambda args: [sys.executable, "-c", FAKE_FIT, *args])
+    (cell / "checkpoints").mkdir(parents=True)
+    (cell / "checkpoints" / "last.ckpt").write_bytes(b"")
+    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    try:
+        run = json.loads((cell / "sweep.run").read_text())
+        run.update(pid=live.pid, pid_start=cell_files.proc_start(live.pid), started="2026-12-06 01:00:00")
+        run.pop("ended", None)
+        (cell / "sweep.run").write_text(json.dumps(run))
+        before = {p: p.read_bytes() for p in root.rglob("*") if p.is_file()}
+        for dry in ([], ["--dry-run"]):
+            assert sweep.main([str(path), *dry]) == 2
+            assert capsys.readouterr().err.splitlines()[-1] == (
+                f"seqvae sweep: error: {path}: a/seed1: its previous fit (pid {live.pid}, started 2026-12-06 01:00:00) is still "
+                f"running in {cell}; wait for it to end or stop it (kill -INT {live.pid}), then rerun"
+            )
+        assert {p: p.read_bytes() for p in root.rglob("*") if p.is_file()} == before
+    finally:
+        live.kill()
+        live.wait()
+    assert sweep.main([str(path)]) == 0  # once it ended, the cell resumes
+    assert f"[1/1] a/seed1: resuming from {cell}/checkpoints/last.ckpt" in capsys.readouterr().err
+
+
+# Its test under way when the sweep is interrupted: it finishes on the SIGINT (metrics.json, exit 0).
+FINISHING_FIT = SLOW_FIT.replace(
+    'def stop(signum, frame):\n    (run / "stopped_by").write_text(signal.Signals(signum).name)\n    sys.exit(130)',
+    'def stop(signum, frame):\n    (run / "config.yaml").write_text("model: {name: " + run.parent.name + "}\\n")\n'
+    '    (run / "metrics.json").write_text("{}")\n    sys.exit(0)',
+)
+
+
+def test_a_cell_that_finishes_after_the_interruption_is_reported_done(in_repo, tmp_path, capsys, monkeypatch):
+    """Issue 45, item 11: both cells finished after the SIGINT, yet the sweep said "interrupted"
+    and sweep.run recorded them as interrupted."""
+    import signal
+    import threading
+
+    assert "metrics.json" in FINISHING_FIT
+    monkeypatch.setattr(sweep, "fit_command", lambda args: [sys.executable, "-c", FINISHING_FIT, *args])
+    root = tmp_path / "runs"
+    path = write_grid(tmp_path / "grid.yaml", grid(root=str(root), seeds=[1]))
+    cells = [root / v / "seed1" for v in ("last", "max")]
+
+    def ctrl_c():  # the terminal's SIGINT reaches the sweep (the fits have their own process group)
+        deadline = time.time() + 60
+        while not all((c / "started").exists() for c in cells) and time.time() < deadline:
+            time.sleep(0.05)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    threading.Thread(target=ctrl_c, daemon=True).start()
+    assert sweep.main([str(path), "--jobs", "2"]) == 0
+    err = capsys.readouterr().err
+    for i, c in enumerate(cells):
+        assert f"seqvae sweep: [{i + 1}/2] {c.parent.name}/seed1: done in " in err
+        assert json.loads((c / "sweep.run").read_text())["exit"] == 0
+    assert "seqvae sweep: interrupted after every cell had finished\n" in err
+    assert "not finished" not in err and "rerun the same command" not in err
+
+
+def test_progress_lines_are_written_whole_and_their_counts_add_up(in_repo, tmp_path, capsys, monkeypatch):
+    """Issue 45, item 11: `print` wrote a line and its newline apart, so the pool threads' lines ran
+    together ("0:18 elapsedseqvae sweep: [1/2]…"); and a resumed grid said "grid 1/3 done, 0 running,
+    1 left" (a finished cell not yet skipped was counted nowhere)."""
+    writes = []
+
+    class Recorder:
+        def write(self, text):
+            writes.append(text)
+
+        def flush(self):
+            pass
+
+    monkeypatch.setattr(sys, "stderr", Recorder())
+    sweep.say("grid 1/2 done")
+    assert writes == ["seqvae sweep: grid 1/2 done\n"]  # one write: no other thread's line between the text and its newline
+    sweep.say("FAILED; its tail:", ["tail 1", "tail 2"])
+    monkeypatch.undo()
+    assert writes[1:] == ["seqvae sweep: FAILED; its tail:\n    tail 1\n    tail 2\n"]
+
+    monkeypatch.setattr(sweep, "fit_command", lambda args: [sys.executable, "-c", FAKE_FIT, *args])
+    root = tmp_path / "runs"
+    path = write_grid(tmp_path / "grid.yaml", grid(root=str(root), seeds=[1], variants=[{"name": v} for v in "abc"]))
+    assert sweep.main([str(path), "--variants", "c"]) == 0
+    capsys.readouterr()
+    assert sweep.main([str(path)]) == 0
+    progress = re.findall(r"grid (\d+)/3 done, (\d+) running, (\d+) left", capsys.readouterr().err)
+    assert progress == [("2", "0", "1"), ("3", "0", "0"), ("3", "0", "0")]  # a ran; b ran; c skipped
+
+
+WARNING_FIT = FAKE_FIT + (
+    "print('seqvae: warning: data.val reads yahoo.txt, but data.train is now mine.txt', file=sys.stderr)\n"
+    "print('seqvae: warning: data.val reads yahoo.txt, but data.train is now mine.txt', file=sys.stderr)\n"
+    "print('an ordinary line', file=sys.stderr)\n"
+)
+
+
+def test_a_cells_warnings_are_repeated_in_the_sweeps_output(in_repo, tmp_path, capsys, monkeypatch):
+    """Issue 45, item 11: a variant overriding only data.train validates on another corpus; the
+    warning was only in the cell's sweep.log."""
+    monkeypatch.setattr(sweep, "fit_command", lambda args: [sys.executable, "-c", WARNING_FIT, *args])
+    root = tmp_path / "runs"
+    path = write_grid(tmp_path / "grid.yaml", grid(root=str(root), seeds=[1], variants=[{"name": "a"}]))
+    assert sweep.main([str(path)]) == 0
+    err = capsys.readouterr().err
+    assert (
+        f"seqvae sweep: [1/1] a/seed1: 1 warning (in {root}/a/seed1/sweep.log):\n"
+        "    data.val reads yahoo.txt, but data.train is now mine.txt\n"
+    ) in err
+    assert "seqvae sweep: warnings (printed above with their cells): a/seed1 (1)\n" in err
+
+
+def test_the_own_corpus_recipe_keeps_each_corpus_in_its_own_runs_and_stage_two_finds_its_stage_one(tiny, tmp_path, monkeypatch):
+    """Issue 45, item 12: the README's recipe on a user's files carried yahoo10k's max_vocab 5000,
+    wrote runs/yahoo10k/… for any corpus (a second corpus's stage 1 was refused) and stage 2 read a
+    fixed directory. configs/own/: the user's files and save_dir, the whole vocabulary, and a
+    stage 2 that loads the stage 1 of its own save_dir and version."""
+    from seqvae.cli import SeqVAECLI
+
+    monkeypatch.chdir(tmp_path)
+    other = tmp_path / "other"
+    other.mkdir()
+    for name, seed in (("train", 5), ("valid", 6), ("test", 7)):
+        write_corpus(other / f"{name}.txt", 40, seed)
+
+    def stage(config, corpus, save_dir):
+        args = [f"--config={REPO / 'configs' / 'own' / config}", f"--data.train={corpus / 'train.txt'}",
+                f"--data.val={corpus / 'valid.txt'}", f"--data.test={corpus / 'test.txt'}",
+                "--model.embed_dim=8", "--model.hidden_dim=12", "--model.latent_dim=4", "--trainer.max_epochs=1",
+                "--trainer.limit_train_batches=2", "--trainer.limit_val_batches=2", "--trainer.enable_model_summary=false",
+                "--trainer.num_sanity_val_steps=0", f"--trainer.logger.init_args.save_dir={save_dir}"]  # fmt: skip
+        cli = SeqVAECLI(args=args, run=False)
+        assert cli.datamodule.hparams.max_vocab is None  # every training word, not yahoo10k's 5000
+        cli.trainer.fit(cli.model, cli.datamodule)
+        return cli
+
+    first = stage("recommended_autoencoder.yaml", tiny, "runs/tiny")
+    second = stage("recommended_autoencoder.yaml", other, "runs/other")  # a second corpus: its own directory
+    for cli, name in ((first, "tiny"), (second, "other")):
+        best = Path(cli.trainer.checkpoint_callback.best_model_path)
+        assert best.resolve() == (tmp_path / "runs" / name / "recommended_autoencoder" / "seed1" / "checkpoints" / "best.ckpt")
+    words = {w for line in (other / "train.txt").read_text().splitlines() for w in line.split()}
+    assert len(second.datamodule.vocab) == len(words) + 4  # the whole vocabulary, besides the 4 reserved ids
+    stage2 = SeqVAECLI(args=[f"--config={REPO / 'configs' / 'own' / 'recommended.yaml'}", f"--data.train={other / 'train.txt'}",
+                             f"--data.val={other / 'valid.txt'}", f"--data.test={other / 'test.txt'}",
+                             "--model.embed_dim=8", "--model.hidden_dim=12", "--model.latent_dim=4",
+                             "--trainer.logger.init_args.save_dir=runs/other"], run=False)  # fmt: skip
+    assert stage2.model.hparams.init_encoder_from == "runs/other/recommended_autoencoder/seed1/checkpoints/best.ckpt"
+    assert stage2.datamodule.hparams.max_vocab is None

@@ -6,8 +6,9 @@ Files in a cell's run directory (all `--status` and a rerun need, on the shared 
     sweep.log   the fit's output (stdout and stderr), one `# <time> seqvae fit …` line per start
     sweep.job   who runs the cell: {"executor", "job_id", "host", "pid_start", "folder", "submitted"}
                 (local: the fit's pid; submitit: the job's id, folder and submission time)
-    sweep.run   the fit: {"job_id", "host", "pid", "pid_start", "started", "args"}, then "ended" and
-                "exit" (its status, or "interrupted" when the sweep stopped it), or "requeued"
+    sweep.run   the fit: {"job_id", "host", "pid", "pid_start", "started", "args", "configs"}, then "ended" and
+                "exit" (its status, or "interrupted" when the sweep stopped it), or "requeued";
+                "configs": {file: sha256} of every config file the fit read (`config_digests`)
     checkpoints/last.ckpt, metrics.json   the fit's own: where it stands, and that it finished
 
 Torch-free at import: the checkpoint questions load torch when asked.
@@ -15,11 +16,14 @@ Torch-free at import: the checkpoint questions load torch when asked.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shlex
+import signal
 import socket
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -31,7 +35,6 @@ JOB_FILE, RUN_FILE, LOG_FILE = "sweep.job", "sweep.run", "sweep.log"  # the swee
 
 POLL_SECONDS = 2.0  # how often a running cell (a fit, a job) is looked at
 TAIL_LINES = 20  # the lines of a failed cell's output (stderr, sweep.log, a traceback) that are printed
-GRACE_SECONDS = 10  # an interrupted sweep: for a fit to stop on the SIGINT a terminal's Ctrl-C already sent it
 # Two stop timeouts, different on purpose: after SIGINT, how long a fit gets to save its checkpoint
 # and stop before it is killed.
 # - The sweep was interrupted (Ctrl-C, `kill PID`): nothing else kills the fit meanwhile, so it gets
@@ -44,9 +47,15 @@ REQUEUE_STOP_SECONDS = 60
 
 
 # ------------------------------------------------------------------------------------- the command
-def say(text: str) -> None:
-    """One line of the sweep's own output, on stderr."""
-    print(f"seqvae sweep: {text}", file=sys.stderr, flush=True)
+_OUTPUT = threading.Lock()  # the pool threads' progress lines and the main thread's
+
+
+def say(text: str, more: list[str] | tuple = ()) -> None:
+    """One line of the sweep's own output on stderr, and `more` lines under it (indented), written
+    whole: `print` writes a line and its newline apart, so two threads' lines ran together."""
+    with _OUTPUT:
+        sys.stderr.write("".join(f"{line}\n" for line in [f"seqvae sweep: {text}", *(f"    {m}" for m in more)]))
+        sys.stderr.flush()
 
 
 def fit_command(args: list[str]) -> list[str]:
@@ -58,6 +67,37 @@ def fit_command(args: list[str]) -> list[str]:
 def command_line(args: list[str]) -> str:
     """A cell's `seqvae fit` as one shell line (dry runs, sweep.log)."""
     return "seqvae fit " + shlex.join(args)
+
+
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def dies_with_parent(own_group: bool):
+    """A `preexec_fn` for a fit: the kernel sends it SIGINT (Lightning's clean stop: the last
+    checkpoint stays) when the thread that started it dies, even by `kill -9` of the sweep
+    (PR_SET_PDEATHSIG). Chosen over a fit that polls its parent: it needs nothing from the fit's
+    code (`seqvae.cli` is a plain `seqvae fit`), costs nothing while it runs and acts at once. The
+    thread that starts a fit follows it until it ends (`LocalRunner.run`, `CellJob.__call__`), so
+    only the sweep's (or the job's) death fires it. Linux only; elsewhere a killed sweep's fits run
+    on, and a rerun refuses their cells while they do (`sweep.check_no_live_fits`).
+    `own_group`: the fit gets its own process group, so that a terminal's Ctrl-C reaches the sweep
+    alone, which passes exactly one SIGINT on to each fit at once (`LocalRunner.stop`)."""
+    parent = os.getpid()
+    prctl = None
+    if sys.platform.startswith("linux"):
+        import ctypes  # loaded here, not after the fork
+
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+
+    def preexec():
+        if own_group:
+            os.setpgid(0, 0)
+        if prctl is not None:
+            prctl(PR_SET_PDEATHSIG, int(signal.SIGINT))
+            if os.getppid() != parent:  # the sweep died between the fork and the prctl
+                os._exit(130)
+
+    return preexec
 
 
 # ------------------------------------------------------------------------------------- state files
@@ -113,11 +153,13 @@ def write_job(run_dir: Path, executor: str, job_id: str, **more) -> None:
     write_json(run_dir / JOB_FILE, {"executor": executor, "job_id": job_id, "host": socket.gethostname(), **more})
 
 
-def mark_started(run_dir: Path, job_id: str, pid: int, args: list[str] | None = None) -> None:
+def mark_started(run_dir: Path, job_id: str, pid: int, args: list[str] | None = None, configs: dict | None = None) -> None:
     """`args`: the cell's `seqvae fit` arguments from its grid (without --ckpt_path), so that a
-    later sweep can tell a finished cell whose grid entry was edited since (`recorded_args`)."""
+    later sweep can tell a finished cell whose grid entry was edited since (`recorded_args`);
+    `configs`: the digests of the config files it read (`config_digests`, taken before it started)."""
     info = {"job_id": job_id, "host": socket.gethostname(), "pid": pid, "pid_start": proc_start(pid), "started": now()}
-    write_json(run_dir / RUN_FILE, {**info, **({"args": list(args)} if args is not None else {})})
+    info.update({"args": list(args)} if args is not None else {})
+    write_json(run_dir / RUN_FILE, {**info, **({"configs": dict(configs)} if configs is not None else {})})
 
 
 def mark_ended(run_dir: Path, code: int | str | None) -> None:
@@ -135,6 +177,22 @@ def log_tail(path: Path, lines: int = TAIL_LINES) -> list[str]:
             return [line.rstrip("\n") for line in f.readlines()[-lines:]]
     except OSError:
         return []
+
+
+WARNING = "seqvae: warning: "  # how `seqvae fit` starts a warning line (cli, datamodule, bn_bound)
+
+
+def run_warnings(run_dir: Path) -> list[str]:
+    """The distinct warnings of the cell's latest start (sweep.log after its last `# … seqvae fit`
+    line), in order, without the prefix: the sweep repeats them in its own output."""
+    try:
+        text = (run_dir / LOG_FILE).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return []
+    lines = text.splitlines()
+    starts = [i for i, line in enumerate(lines) if line.startswith("# ") and " seqvae fit " in line]
+    found = [line[len(WARNING) :] for line in lines[starts[-1] if starts else 0 :] if line.startswith(WARNING)]
+    return list(dict.fromkeys(found))
 
 
 # ------------------------------------------------------------------------------------- questions
@@ -163,6 +221,56 @@ def recorded_args(run_dir: Path) -> list[str] | None:
     """The grid arguments the cell's run started with (sweep.run), None if not recorded."""
     args = read_run(run_dir).get("args")
     return args if isinstance(args, list) else None
+
+
+def recorded_configs(run_dir: Path) -> dict[str, str] | None:
+    """{file: sha256} of the config files the cell's run read (sweep.run), None if not recorded
+    (a cell run before the sweep recorded them)."""
+    configs = read_run(run_dir).get("configs")
+    return configs if isinstance(configs, dict) else None
+
+
+CONFIG_SUFFIXES = (".yaml", ".yml", ".json")
+
+
+def file_digest(path: Path) -> str | None:
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError:
+        return None  # gone (or unreadable) since
+
+
+def config_digests(args: list[str]) -> dict[str, str | None]:
+    """{file: sha256} of every config file a cell's `seqvae fit` reads: the files its arguments name
+    (`--config`, or an option's value naming a .yaml/.yml/.json file) and, recursively, those each
+    file names (a `config:` key, or a group given as a file, `model: model.yaml`), which jsonargparse
+    reads relative to the file naming them. The paths as the arguments write them, the nested ones
+    joined to their parent's directory; None for a file that cannot be read."""
+    todo = [a for a in args if a.endswith(CONFIG_SUFFIXES) and Path(a).is_file()]
+    digests: dict[str, str | None] = {}
+    while todo:
+        name = todo.pop(0)
+        if name in digests:
+            continue
+        digests[name] = file_digest(Path(name))
+        try:
+            content = yaml.safe_load(Path(name).read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, yaml.YAMLError):
+            continue  # its digest says it changed; the fit's parser names the error
+        todo += [n for n in _named_files(content, Path(name).parent) if n not in digests]
+    return digests
+
+
+def _named_files(node, base: Path) -> list[str]:
+    """The existing files that strings in a parsed config file name (relative to `base`)."""
+    if isinstance(node, str) and node.endswith(CONFIG_SUFFIXES):
+        path = Path(node) if Path(node).is_absolute() else base / node
+        return [os.path.normpath(path)] if path.is_file() else []
+    if isinstance(node, dict):
+        return [n for v in node.values() for n in _named_files(v, base)]
+    if isinstance(node, list):
+        return [n for v in node for n in _named_files(v, base)]
+    return []
 
 
 def max_epochs(run_dir: Path) -> int | None:

@@ -31,6 +31,7 @@ and to `--status` (`status.py`).
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import signal
@@ -48,6 +49,8 @@ from seqvae.experiments.cells import (  # noqa: F401  (read_json, write_json: th
     POLL_SECONDS,
     REQUEUE_STOP_SECONDS,
     TAIL_LINES,
+    config_digests,
+    dies_with_parent,
     log_tail,
     mark_ended,
     mark_requeued,
@@ -127,9 +130,10 @@ def _job_env() -> tuple[str | None, int]:
         return None, 0
 
 
-def _fit_signals():  # before exec: the job handles preemption; SIGINT stops the fit even if the sweep ignores it (`… &`)
+def _fit_signals(dies_with_job):  # before exec: the job handles preemption; SIGINT stops the fit even if the sweep ignores it (`… &`)
     signal.signal(submitit.JobEnvironment._usr_sig(), signal.SIG_IGN)
     signal.signal(signal.SIGINT, signal.SIG_DFL)  # inherited SIG_IGN: no KeyboardInterrupt, killed after REQUEUE_STOP_SECONDS
+    dies_with_job()  # a job killed outright (scancel --signal KILL, kill -9) stops its fit: no orphan writing the run
 
 
 class CellJob(Checkpointable):
@@ -153,15 +157,16 @@ class CellJob(Checkpointable):
         with open(cell.run_dir / (LOG_FILE if rank == 0 else f"sweep.rank{rank}.log"), "a", encoding="utf-8") as log:
             log.write(f"# {now()} seqvae fit {' '.join(args)}  (job {job_id}, rank {rank})\n")
             log.flush()
+            configs = config_digests(cell.args)  # before the fit reads them
             self._proc = subprocess.Popen(
                 [*self.command, *args],
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 env={**os.environ, **self.env},
-                preexec_fn=_fit_signals,
+                preexec_fn=functools.partial(_fit_signals, dies_with_parent(own_group=False)),
             )
             if rank == 0:
-                mark_started(cell.run_dir, job_id or str(self._proc.pid), self._proc.pid, cell.args)
+                mark_started(cell.run_dir, job_id or str(self._proc.pid), self._proc.pid, cell.args, configs)
             while self._proc.poll() is None:  # not wait(): checkpoint() may wait for it from a signal handler
                 time.sleep(0.5)
         code = self._proc.returncode

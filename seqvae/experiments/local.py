@@ -2,9 +2,12 @@
 `--jobs N` of them side by side, with a progress line at each checkpoint it saves; the other
 runner, `executors.SubmititRunner`, has the same interface (`run`, `live`, `stop`).
 
-An interruption (Ctrl-C, or `kill PID` turned into one by the sweep) reaches the main thread only;
-`LocalRunner.stop` passes it on to the cells (SIGINT: Lightning's clean stop, the last checkpoint
-stays), and the threads that follow them record "interrupted" in sweep.run.
+Each fit runs in its own process group, so an interruption (Ctrl-C, or `kill PID` turned into one
+by the sweep) reaches the sweep's main thread only; `LocalRunner.stop` passes one SIGINT on to each
+fit at once (Lightning's clean stop, the last checkpoint stays), and the threads that follow them
+record "interrupted" in sweep.run, or the fit's own status when it finished meanwhile. A sweep
+killed outright (`kill -9`) takes its fits with it: the kernel sends each a SIGINT
+(`cells.dies_with_parent`).
 """
 
 from __future__ import annotations
@@ -18,13 +21,14 @@ import time
 
 from seqvae.clock import clock
 from seqvae.experiments.cells import (
-    GRACE_SECONDS,
     LOG_FILE,
     POLL_SECONDS,
     STOP_SECONDS,
     TAIL_LINES,
     checkpoint_position,
     command_line,
+    config_digests,
+    dies_with_parent,
     fit_command,
     mark_ended,
     mark_started,
@@ -39,10 +43,10 @@ from seqvae.experiments.grid import Cell
 
 class LocalRunner:
     """Cells as subprocesses of the sweep. `command(args)`: the fit's command line (`cells.fit_command`);
-    `grace`, `stop`: the seconds of `stop_processes`."""
+    `stop`: the seconds of `stop_processes`."""
 
-    def __init__(self, command=fit_command, say=say, grace: float = GRACE_SECONDS, stop: float = STOP_SECONDS):
-        self.command, self.say, self.grace, self.stop_seconds = command, say, grace, stop
+    def __init__(self, command=fit_command, say=say, stop: float = STOP_SECONDS):
+        self.command, self.say, self.stop_seconds = command, say, stop
         self._live: set[subprocess.Popen] = set()  # the cells' processes while they run
         self._stopping = threading.Event()  # the sweep was interrupted
 
@@ -68,8 +72,10 @@ class LocalRunner:
             finally:
                 reader.join(timeout=10)
                 self._live.discard(proc)
-        # --status: a cell stopped by the sweep's interruption is resumable, not failed
-        mark_ended(cell.run_dir, "interrupted" if self._stopping.is_set() else proc.returncode)
+        # --status: a cell stopped by the sweep's interruption is resumable, not failed; one that
+        # finished meanwhile (its test was under way) keeps its own status
+        stopped = self._stopping.is_set() and not (proc.returncode == 0 and cell.state() == "finished")
+        mark_ended(cell.run_dir, "interrupted" if stopped else proc.returncode)
         return proc.returncode, list(tail)
 
     def _start(self, cell: Cell, one_thread: bool, log) -> subprocess.Popen:
@@ -80,12 +86,19 @@ class LocalRunner:
             env.setdefault("OMP_NUM_THREADS", "1")
         log.write(f"# {now()} {command_line(args)}\n")
         log.flush()
+        configs = config_digests(cell.args)  # before the fit reads them
         proc = subprocess.Popen(
-            self.command(args), stdout=log, stderr=subprocess.PIPE, env=env, encoding="utf-8", errors="replace"
+            self.command(args),
+            stdout=log,
+            stderr=subprocess.PIPE,
+            env=env,
+            encoding="utf-8",
+            errors="replace",
+            preexec_fn=dies_with_parent(own_group=True),
         )
         self._live.add(proc)
         write_job(cell.run_dir, "local", str(proc.pid), pid_start=proc_start(proc.pid))
-        mark_started(cell.run_dir, str(proc.pid), proc.pid, cell.args)
+        mark_started(cell.run_dir, str(proc.pid), proc.pid, cell.args, configs)
         return proc
 
     def _follow(self, cell: Cell, proc: subprocess.Popen, start: float) -> None:
@@ -108,21 +121,16 @@ class LocalRunner:
         return None  # a local cell lives only as long as the sweep that runs it
 
     def stop(self) -> None:
-        """The sweep was interrupted: each cell gets SIGINT (unless it already stopped on the one
-        a terminal sends the whole process group), Lightning's clean stop; its last checkpoint
-        stays, so rerunning the sweep resumes it. A cell that does not stop is killed."""
+        """The sweep was interrupted: each cell gets one SIGINT, Lightning's clean stop; its last
+        checkpoint stays, so rerunning the sweep resumes it. A cell that does not stop is killed."""
         self._stopping.set()
         self.stop_processes(list(self._live))
 
     def stop_processes(self, procs: list[subprocess.Popen]) -> None:
-        """Waits `grace` seconds for each fit to stop on a SIGINT it may already have had (a
-        terminal's Ctrl-C goes to the whole process group), then sends one, then kills a fit that
-        is still running `stop` seconds later."""
-        deadline = time.monotonic() + self.grace
+        """Sends each fit one SIGINT at once (in their own process groups, they had none from the
+        terminal), then kills a fit that is still running `stop` seconds later."""
         for proc in procs:
-            try:
-                proc.wait(timeout=max(0.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
+            if proc.poll() is None:
                 proc.send_signal(signal.SIGINT)
         for proc in procs:
             try:

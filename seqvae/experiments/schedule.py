@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import collections
 import shutil
-import sys
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from pathlib import Path
 
 from seqvae.analysis import compare
 from seqvae.clock import clock
-from seqvae.experiments.cells import LOG_FILE, has_leftovers, say
+from seqvae.experiments.cells import LOG_FILE, checkpoint_position, has_leftovers, max_epochs, run_warnings, say
 from seqvae.experiments.grid import Cell
 from seqvae.experiments.local import LocalRunner
 from seqvae.rundir.export import result_files
@@ -89,7 +88,10 @@ def run_grid(cells: list[Cell], jobs: int = 1, runner=None) -> list[Cell]:
                     for future in done:
                         grid.settle(future)
         except KeyboardInterrupt:
-            grid.runner.stop()  # the threads that follow jobs return
+            grid.runner.stop()  # the fits stop (a job is no longer followed): the threads that follow them return
+            grid.interrupted = True
+            for future in list(grid.running):  # each running cell's line says how it ended: stopped, or done meanwhile
+                grid.settle(future)
             raise
     return grid.summary()
 
@@ -103,19 +105,26 @@ class GridRun:
         self.durations: list[float] = []  # of the cells run whole: the ETA
         self.failed: list[Cell] = []
         self.counts: collections.Counter = collections.Counter()
-        self.pending, self.running, self.settled = list(cells), {}, 0
+        self.pending, self.running = list(cells), {}
         self.rerun = needed_again(cells)
+        self.interrupted = False  # the sweep was interrupted: the cells that end now were stopped
+        self.warned: list[str] = []  # cells whose latest run printed warnings
 
     def skippable(self, cell: Cell) -> bool:
         return cell.state() == "finished" or (cell.state() == "exported" and cell.run_dir not in self.rerun)
 
     def progress(self) -> None:
+        """Every cell counted once: done (ran, or finished earlier and skipped now or soon), failed,
+        blocked, stopped, running or left."""
         left = sum(not self.skippable(c) for c in self.pending)
         todo = left + len(self.running)
         mean = sum(self.durations) / len(self.durations) if self.durations else None
         eta = "ETA 0:00" if not todo else f"ETA {clock(mean * todo / min(self.jobs, todo))}" if mean else "ETA ?"
         elapsed = clock(time.monotonic() - self.start)
-        say(f"grid {self.settled}/{len(self.cells)} done, {len(self.running)} running, {left} left, {elapsed} elapsed, {eta}")
+        ended = [(self.counts[k], k) for k in ("failed", "blocked", "stopped") if self.counts[k]]
+        done = len(self.cells) - todo - sum(n for n, _ in ended)
+        counts = "".join(f", {n} {k}" for n, k in ended)
+        say(f"grid {done}/{len(self.cells)} done{counts}, {len(self.running)} running, {left} left, {elapsed} elapsed, {eta}")
 
     def timed(self, cell: Cell, handle=None) -> tuple[int | None, list[str], float, bool]:
         """(exit status, lines that say why it failed, seconds, whether it ran whole); in a pool thread."""
@@ -155,14 +164,12 @@ class GridRun:
         else:
             say(f"{cell.tag}: results exported earlier ({cell.export_dir / METRICS}), skipped")
         self.counts["skipped"] += 1
-        self.settled += 1
         self.progress()
 
     def block(self, cell: Cell, unmet: list[Path]) -> None:
         say(f"{cell.tag}: blocked: needs {', '.join(map(str, unmet))} finished first")
         self.counts["blocked"] += 1
         self.failed.append(cell)
-        self.settled += 1
         self.progress()
 
     def announce(self, cell: Cell) -> None:
@@ -178,11 +185,18 @@ class GridRun:
             say(f"{cell.tag}: starting in {cell.run_dir}")
 
     def settle(self, future: Future) -> None:
-        """A cell's run ended: done (curves, export) or FAILED with the tail of its output."""
+        """A cell's run ended: done (curves, export), stopped by the interruption, or FAILED with
+        the tail of its output; then its warnings, if it printed any."""
         cell = self.running.pop(future)
         code, tail, took, whole = future.result()
-        self.settled += 1
-        if code == 0 and cell.state() == "finished":
+        if code != 0 and self.interrupted and cell.state() != "finished":
+            self.counts["stopped"] += 1
+            if code is None and tail:  # a submitted job: it goes on
+                say(f"{cell.tag}: {tail[-1]}")
+            else:
+                where = checkpoint_position(cell.last_ckpt, max_epochs(cell.run_dir)) if cell.last_ckpt.is_file() else None
+                say(f"{cell.tag}: stopped after {clock(took)}, {f'resumable from {where}' if where else 'before its first checkpoint'}")
+        elif code == 0 and cell.state() == "finished":
             if whole:  # not a job followed from its middle
                 self.durations.append(took)
             self.counts["ran"] += 1
@@ -192,10 +206,17 @@ class GridRun:
             self.counts["failed"] += 1
             self.failed.append(cell)
             why = "job failed" if code is None else f"exit {code}" if code else "no metrics.json"
-            say(f"{cell.tag}: FAILED ({why}) after {clock(took)}; log {cell.run_dir / LOG_FILE}; its tail:")
-            for line in tail:
-                print(f"    {line}", file=sys.stderr)
+            say(f"{cell.tag}: FAILED ({why}) after {clock(took)}; log {cell.run_dir / LOG_FILE}; its tail:", tail)
+        self.warn(cell)
         self.progress()
+
+    def warn(self, cell: Cell) -> None:
+        """The warnings a cell's fit printed (data read from another corpus, a broken bound, …),
+        which are otherwise only in its sweep.log."""
+        warnings = run_warnings(cell.run_dir)
+        if warnings:
+            self.warned.append(f"{cell.name} ({len(warnings)})")
+            say(f"{cell.tag}: {len(warnings)} warning{'s' if len(warnings) > 1 else ''} (in {cell.run_dir / LOG_FILE}):", warnings)
 
     def summary(self) -> list[Cell]:
         """The last lines (the counts; the cells not finished); returns those cells."""
@@ -203,4 +224,6 @@ class GridRun:
         say(f"{len(self.cells)} cells ({summary}) in {clock(time.monotonic() - self.start)}")
         if self.failed:
             say(f"not finished: {', '.join(c.name for c in sorted(self.failed, key=lambda c: c.index))}")
+        if self.warned:
+            say(f"warnings (printed above with their cells): {', '.join(self.warned)}")
         return self.failed

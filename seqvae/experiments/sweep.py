@@ -22,7 +22,8 @@ The grid file (see configs/sweeps/):
 Override values may use `${seed}`, `${variant}` and `${root}`. Cells run seed by seed, in the order
 of `variants` (seed 1 of every variant, then seed 2, …), each as its own subprocess, so a crash
 stops only that cell. Rerunning the same command skips cells with metrics.json (refusing one that
-ran with other arguments than the grid now gives it, `check_finished_cells`), resumes cells with
+ran with other arguments than the grid now gives it, `check_finished_cells`, or read a config
+file edited since, `check_config_contents`), resumes cells with
 checkpoints/last.ckpt from it, and starts the others (the leftovers of a start that failed before
 its first checkpoint move to `<root>/<variant>/failed-seed<N>`). On a fresh machine (a new clone,
 no run directories) a cell whose results are already in `export` counts as done and is skipped,
@@ -34,8 +35,10 @@ files) for `seqvae compare --plots`. At the end the compare table of the finishe
 `--executor slurm` submits each cell as a submitit job instead, `submitit-local` as a local
 submitit job (executors.py); skipping, resuming, `needs`, export and the table stay the
 same. `--status` prints each cell's state, epoch, last metric and job (sweep.job, sweep.run).
-Ctrl-C or `kill PID` of the sweep stops its cells cleanly (SIGINT; each keeps its last
-checkpoint and shows as interrupted in `--status`), never leaving them running orphaned.
+Ctrl-C or `kill PID` of the sweep stops its cells cleanly (one SIGINT each, at once; each keeps its
+last checkpoint and shows as interrupted in `--status`), and `kill -9` of it does too (the kernel
+sends the SIGINT: `cells.dies_with_parent`), never leaving them running orphaned; a rerun refuses,
+naming the pid, a cell whose previous fit still runs (`check_no_live_fits`).
 Exit status: 0 when every cell finished, 1 when one failed or was blocked, 2 for a bad grid file,
 130 when interrupted.
 
@@ -50,22 +53,30 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import re
 import shutil
 import signal
 import sys
 import threading
 from pathlib import Path
 
+import yaml
+
 from seqvae.analysis import compare
 from seqvae.experiments import executors
 from seqvae.experiments.cells import (  # noqa: F401  (checkpoint_position, max_epochs: part of this module's API)
-    GRACE_SECONDS,
     STOP_SECONDS,
     checkpoint_position,
     command_line,
+    config_digests,
+    file_digest,
     fit_command,
     has_leftovers,
     max_epochs,
+    pid_alive,
+    read_job,
+    read_run,
+    recorded_configs,
     say,
 )
 from seqvae.experiments.grid import Cell, GridError, load_grid, select  # noqa: F401  (load_grid: part of this module's API)
@@ -105,6 +116,52 @@ def check_finished_cells(cells: list[Cell]) -> None:
         )
 
 
+def check_config_contents(cells: list[Cell]) -> None:
+    """The same for the files: a finished or interrupted cell whose config files (a grid's or a
+    variant's `configs`, and the files they name) were edited since it started stops the sweep, in
+    one line naming the first such file and its cells. Cells recorded before the digests were kept
+    (no "configs" in sweep.run) are not checked (`unchecked_cells`)."""
+    changed: dict[str, list[tuple[Cell, str | None, str | None]]] = {}
+    for cell in cells:
+        ran = recorded_configs(cell.run_dir) if cell.state() in ("finished", "interrupted") else None
+        now = config_digests(cell.args) if ran is not None else {}
+        for name, digest in (ran or {}).items():
+            if now.get(name, file_digest(Path(name))) != digest:
+                changed.setdefault(name, []).append((cell, digest, now.get(name, file_digest(Path(name)))))
+    if changed:
+        name, hits = next(iter(changed.items()))
+        _, then, now = hits[0]
+        more = f" (and {len(changed) - 1} more files)" if len(changed) > 1 else ""
+        what = f"was edited (sha256 {(then or '?')[:12]} then, {now[:12]} now)" if now else "is gone"
+        dirs = ", ".join(str(c.run_dir) for c, _, _ in hits)
+        raise GridError(
+            f"{name} {what} since {', '.join(c.name for c, _, _ in hits)} ran{more}; "
+            f"move {dirs} aside to run {'it' if len(hits) == 1 else 'them'} again, or restore the file"
+        )
+
+
+def check_no_live_fits(cells: list[Cell], executor: str) -> None:
+    """A cell whose previous fit still runs on this machine (a sweep killed before it could stop
+    it, or another sweep of the same grid) is not started or resumed beside it: two processes would
+    write one run directory. A job of `executor` still queued or running is followed instead
+    (`SubmititRunner.live`), so it passes."""
+    for cell in cells:
+        run, job = read_run(cell.run_dir), read_job(cell.run_dir)
+        if executor != "local" and job.get("executor") == executor:
+            continue
+        if run.get("pid") and "ended" not in run and pid_alive(run["pid"], run.get("pid_start"), run.get("host")):
+            raise GridError(
+                f"{cell.name}: its previous fit (pid {run['pid']}, started {run.get('started', '?')}) is still running in "
+                f"{cell.run_dir}; wait for it to end or stop it (kill -INT {run['pid']}), then rerun"
+            )
+
+
+def unchecked_cells(cells: list[Cell]) -> list[Cell]:
+    """Finished or interrupted cells whose sweep.run has no config digests (run by an older sweep)."""
+    return [c for c in cells if c.state() in ("finished", "interrupted") and c.recorded_args() is not None
+            and recorded_configs(c.run_dir) is None]  # fmt: skip
+
+
 def args_difference(ran: list[str], now: list[str]) -> str:
     """What differs between two `seqvae fit` argument lists, option by option."""
     pairs = lambda a: list(zip(a[0::2], a[1::2])) if len(a) % 2 == 0 else [(x, "") for x in a]  # noqa: E731
@@ -116,8 +173,32 @@ def args_difference(ran: list[str], now: list[str]) -> str:
     return f"ran with {', '.join(gone) or 'nothing else'}; the grid now gives {', '.join(added) or 'nothing else'}"
 
 
-def dry_run(cells: list[Cell]) -> None:
+SPLITS = ("train", "val", "test")
+SPLIT_LINES = re.compile(r"#\d+-\d+$")  # FILE#FIRST-LAST
+
+
+def missing_data_files(args: list[str]) -> list[str]:
+    """"data.train: no such file F" for each split whose file, as the cell's `--config` files and
+    flags set it (the last one wins), does not exist: what its fit would stop on. Reads no data."""
+    values: dict[str, object] = {}
+    for flag, value in zip(args[0::2], args[1::2]):
+        if flag == "--config":
+            try:
+                data = (yaml.safe_load(Path(value).read_text(encoding="utf-8")) or {}).get("data")
+            except (OSError, yaml.YAMLError, AttributeError):
+                continue  # the argument check names a bad file
+            values.update({k: v for k, v in data.items() if k in SPLITS} if isinstance(data, dict) else {})
+        elif flag.startswith("--data.") and flag[7:] in SPLITS:
+            values[flag[7:]] = None if value == "null" else value
+    files = {split: SPLIT_LINES.sub("", v) for split, v in values.items() if isinstance(v, str)}
+    return [f"data.{split}: no such file {f}" for split, f in files.items() if not Path(f).is_file()]
+
+
+def dry_run(cells: list[Cell]) -> int:
+    """Prints what each cell would do and its command; 1 when a cell that would run names a data
+    file that does not exist (it would fail), else 0."""
     rerun = needed_again(cells)
+    failing = []
     for cell in cells:
         state = cell.state()
         if state == "finished":
@@ -129,8 +210,15 @@ def dry_run(cells: list[Cell]) -> None:
         action = "resume" if state == "interrupted" else "start"
         if state == "new" and has_leftovers(cell.run_dir):
             action += " (after moving the leftovers of a failed start aside)"
+        missing = missing_data_files(cell.args)
+        if missing:
+            failing.append(cell.name)
+            action += f", and it would fail: {'; '.join(missing)}"
         print(f"# {cell.tag}: {action}")
         print(command_line(cell.fit_args()))
+    if failing:
+        say(f"{len(failing)} cells would fail on a missing data file: {', '.join(failing)}")
+    return 1 if failing else 0
 
 
 def compare_cells(cells: list[Cell], fmt: str, plots: Path | None) -> int:
@@ -182,12 +270,17 @@ def main(argv: list[str] | None = None) -> int:
         try:
             check_variants(cells)
             check_finished_cells(cells)
+            check_config_contents(cells)
+            check_no_live_fits(cells, args.executor)
         except GridError as err:
             print(f"seqvae sweep: error: {args.grid}: {err}", file=sys.stderr)
             return 2
+        old = unchecked_cells(cells)
+        if old:
+            say(f"note: {', '.join(c.name for c in old)} ran before the sweep kept its config files' digests: their contents "
+                "are not checked (a resumed cell's are from its resume on)")
     if args.dry_run:
-        dry_run(cells)
-        return 0
+        return dry_run(cells)
     if args.compare:
         return compare_cells(cells, args.format, args.plots)
     if args.status:
@@ -206,8 +299,13 @@ def run(cells: list[Cell], args: argparse.Namespace, overrides: dict) -> int:
         with interruptible():
             failed = run_grid(cells, max(1, jobs), runner)
     except KeyboardInterrupt:
-        say(f"interrupted{'; submitted jobs go on' if args.executor == 'slurm' else ''}; rerun the same command to resume")
-        return 130
+        left = [c.name for c in cells if c.state() not in ("finished", "exported")]
+        if left:  # the cells' own lines said which stopped and which finished meanwhile
+            jobs = "; submitted jobs go on" if args.executor == "slurm" else ""
+            say(f"interrupted: {len(left)} of {len(cells)} cells not finished ({', '.join(left)}){jobs}; rerun the same command to resume")
+            return 130
+        say("interrupted after every cell had finished")
+        failed = []
     code = compare_cells(cells, args.format, args.plots)
     return 1 if failed or code else 0
 
@@ -215,8 +313,8 @@ def run(cells: list[Cell], args: argparse.Namespace, overrides: dict) -> int:
 def runner_of(cells: list[Cell], args: argparse.Namespace, overrides: dict) -> tuple[object, int] | None:
     """(the runner of `--executor`, cells at a time); None after the error line when it cannot run here."""
     if args.executor == "local":
-        # this module's fit_command, GRACE_SECONDS and STOP_SECONDS, looked up at each run: a caller may set them here
-        return LocalRunner(fit_command, say, GRACE_SECONDS, STOP_SECONDS), args.jobs or 1
+        # this module's fit_command and STOP_SECONDS, looked up at each run: a caller may set them here
+        return LocalRunner(fit_command, say, STOP_SECONDS), args.jobs or 1
     if args.executor == "slurm" and shutil.which("sbatch") is None:
         print("seqvae sweep: error: --executor slurm: no sbatch on this machine (run it on a SLURM login node)", file=sys.stderr)
         return None
