@@ -87,7 +87,7 @@ class SeqVAE(pl.LightningModule):
         val_iw_samples: Importance samples for IW-NLL during validation (0: off).
         test_iw_samples: Importance samples for IW-NLL at test (500 in the papers).
         iw_max_elements: Memory budget of one IW decoder chunk, in logits (B·K·T·V) elements;
-            None: 2**26 on CPU, and on a GPU a sixteenth of its free memory in fp32 elements.
+            None: 2**26 on CPU, on a GPU a quarter of its free memory in elements (`core/chunking.py`).
         mi_dataset: Also compute MI with the whole evaluation set as the pool (Li et al.).
         eval_seed: Seed of the noise of every evaluation pass (z samples of rec, IW-NLL and MI).
         init_encoder_from: Checkpoint whose encoder (embedding, LSTM, posterior layer) replaces
@@ -167,11 +167,11 @@ class SeqVAE(pl.LightningModule):
         tokens, lengths = batch["tokens"], batch["lengths"]
         inputs = self.decoder_inputs(tokens)
         if self.encoder is None:  # language model
-            rec = -self.decoder.log_likelihood(tokens, lengths, None, inputs)[:, 0].mean()
+            rec = -self.decoder.log_likelihood(tokens, lengths, None, inputs, summed=True)[:, 0].mean()
             return {"loss": rec, "rec": rec.detach()}
         mu, logvar, h = self.encoder(tokens, lengths)
         z = sample_posterior(mu, logvar, 1)  # (B, 1, Z)
-        rec = -self.decoder.log_likelihood(tokens, lengths, z, inputs)[:, 0]  # (B,)
+        rec = -self.decoder.log_likelihood(tokens, lengths, z, inputs, summed=True)[:, 0]  # (B,), meaned below
         kl_dims = gaussian_kl(mu, logvar)  # (B, Z)
         loss = (rec + kl_weight * self.kl_penalty(kl_dims)).mean()
         terms = {"rec": rec.mean().detach(), "kl": kl_dims.sum(-1).mean().detach()}
