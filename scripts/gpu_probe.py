@@ -11,11 +11,13 @@ Figures, in this order, the JSON rewritten after each one (a deadline keeps what
      training chunk = the whole batch (issue 46 item 5). Warm-up steps at the measured length are
      left out of the timing; each figure has its peak CUDA memory and its host reads per step
      (Tensor.item/__bool__/__float__/__int__/tolist/nonzero calls, and on CUDA the syncs that
-     `torch.cuda.set_sync_debug_mode` reports).
+     `torch.cuda.set_sync_debug_mode` reports). The three at the device's chunking
+     (`core/chunking.py`: on CUDA one chunk per batch, padding weighted), then "tf32" at today's
+     (the CPU's: 256-row chunks, real tokens selected by a boolean mask).
   2. IW-NLL seconds per text at K = 500 on one 32-text batch, as `seqvae test` computes it
-     (`evaluate_batch`'s `iw_log_weights`), in TF32: at today's chunking (the IW budget of
-     `iw_chunk`, 800-row evaluation chunks) and at larger ones (all K samples per decoder call if
-     they fit, 8192-row chunks).
+     (`evaluate_batch`'s `iw_log_weights`), in TF32: at today's chunking (a 64th of the free
+     memory as IW budget, 800-row evaluation chunks), at the device's (`core/chunking.py`), and
+     with all K samples in one decoder call.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench import yahoo_batches  # noqa: E402  (scripts/bench.py)
 
-from seqvae.core import fused_ce  # noqa: E402
+from seqvae.core import chunking  # noqa: E402
 from seqvae.core.metrics import iw_log_weights, iw_nll_from_weights  # noqa: E402
 from seqvae.core.model import SeqVAE  # noqa: E402
 
@@ -87,7 +89,19 @@ def sync(device) -> float:
     return time.perf_counter()
 
 
-def train_figure(cfg, batches, warm, device, mode, train_rows=None) -> dict:
+@contextlib.contextmanager
+def chunked(plan):
+    """`plan` (a chunking.Chunking) for every device while active; None: the device's own."""
+    real = chunking.chunking_for
+    if plan is not None:
+        chunking.chunking_for = lambda device_type: plan
+    try:
+        yield
+    finally:
+        chunking.chunking_for = real
+
+
+def train_figure(cfg, batches, warm, device, mode, plan=None) -> dict:
     """Tokens/s of `len(batches) - warm` training steps through a real Trainer."""
     matmul_mode(mode)
     torch.manual_seed(0)
@@ -107,40 +121,36 @@ def train_figure(cfg, batches, warm, device, mode, train_rows=None) -> dict:
 
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats()
-    chunking = contextlib.nullcontext()
-    if train_rows is not None:  # the output layer's training chunk (today: fused_ce.chunk_rows(V))
-        real = fused_ce.chunk_rows
-        fused_ce.chunk_rows = lambda v, *a, **k: train_rows if not a and not k else real(v, *a, **k)
-        chunking = contextlib.ExitStack()
-        chunking.callback(setattr, fused_ce, "chunk_rows", real)
     trainer = pl.Trainer(
         accelerator="gpu" if device.type == "cuda" else "cpu", devices=1, max_epochs=1,
         limit_train_batches=len(batches), limit_val_batches=0, num_sanity_val_steps=0,
         precision="bf16-mixed" if mode == "bf16" else "32-true", logger=False, enable_checkpointing=False,
         enable_progress_bar=False, enable_model_summary=False, callbacks=[Clock()],
     )  # fmt: skip
-    with chunking:
+    with chunked(plan):
         trainer.fit(model, train_dataloaders=torch.utils.data.DataLoader(batches, batch_size=None))
     steps = len(batches) - warm
     tokens = sum(b["tokens"].size(0) * (b["tokens"].size(1) - 1) for b in batches[warm:])
     seconds = marks["end"] - marks["start"]
     out = {"mode": mode, "steps": steps, "warmup_steps": warm, "tokens_per_s": tokens / seconds,
            "s_per_step": seconds / steps, "host_reads_per_step": reads.count / steps,
-           "train_chunk_rows": train_rows or fused_ce.chunk_rows(cfg["vocab_size"])}  # fmt: skip
+           "chunking": "today's (CPU)" if plan is chunking.CPU else "device's"}  # fmt: skip
     if device.type == "cuda":
         out["cuda_peak_mib"] = torch.cuda.max_memory_allocated() / 2**20
     return out
 
 
-def iw_figure(cfg, batch, device, k, budget, eval_rows) -> dict:
-    """IW-NLL s/text of one batch at K = k, with the IW budget `budget` (None: today's) and
-    `eval_rows`-row evaluation chunks; TF32."""
+def iw_figure(cfg, batch, device, k, budget, plan, label) -> dict:
+    """IW-NLL s/text of one batch at K = k, with the IW budget `budget` (None: the device's) and
+    the chunking `plan` (None: the device's); TF32."""
     matmul_mode("tf32")
     torch.manual_seed(0)
-    model = SeqVAE(**cfg, iw_max_elements=budget).to(device).eval()
+    model = SeqVAE(**cfg, iw_max_elements=None if budget == "today" else budget).to(device).eval()
     tokens, lengths = batch["tokens"].to(device), batch["lengths"].to(device)
-    saved, fused_ce.EVAL_MIN_ROWS = fused_ce.EVAL_MIN_ROWS, eval_rows
-    try:
+    if budget == "today":  # iw_chunk's CUDA default before issue 46: a 64th of the free memory
+        free = torch.cuda.mem_get_info(device)[0] if device.type == "cuda" else 0
+        model.hparams.iw_max_elements = max(2**26, free // 64)
+    with chunked(plan):
         with torch.inference_mode():
             chunk = model.iw_chunk(tokens)
 
@@ -155,10 +165,7 @@ def iw_figure(cfg, batch, device, k, budget, eval_rows) -> dict:
             start = sync(device)
             nll = run(k)
             seconds = sync(device) - start
-    finally:
-        fused_ce.EVAL_MIN_ROWS = saved
-    out = {"K": k, "texts": tokens.size(0), "T": tokens.size(1), "samples_per_decoder_call": chunk,
-           "eval_chunk_rows": fused_ce.chunk_rows(cfg["vocab_size"], min_rows=eval_rows),
+    out = {"chunking": label, "K": k, "texts": tokens.size(0), "T": tokens.size(1), "samples_per_decoder_call": chunk,
            "s_per_text": seconds / tokens.size(0), "mean_iw_nll": float(nll.mean())}  # fmt: skip
     if device.type == "cuda":
         out["cuda_peak_mib"] = torch.cuda.max_memory_allocated() / 2**20
@@ -190,13 +197,13 @@ def main(argv=None) -> int:
 
     save(f"{res['device']}: {source}")
     on_device = [{k_: v.to(device) for k_, v in b.items()} for b in batches]
-    n_rows = batches[0]["tokens"].size(0) * (batches[0]["tokens"].size(1) - 1)
     figures = [("train", lambda m=m: train_figure(cfg, on_device, warm, device, m)) for m in ("default", "tf32", "bf16")]
-    figures.append(("train", lambda: train_figure(cfg, on_device, warm, device, "tf32", train_rows=max(n_rows, 256))))
+    figures.append(("train", lambda: train_figure(cfg, on_device, warm, device, "tf32", plan=chunking.CPU)))
     batch = batches[len(batches) // 2]
     whole_k = batch["tokens"].numel() * cfg["vocab_size"] * k  # every sample in one decoder call
-    figures += [("iw", lambda: iw_figure(cfg, batch, device, k, None, fused_ce.EVAL_MIN_ROWS)),
-                ("iw", lambda: iw_figure(cfg, batch, device, k, whole_k, 8192))]  # fmt: skip
+    figures += [("iw", lambda: iw_figure(cfg, batch, device, k, "today", chunking.CPU, "today's (CPU)")),
+                ("iw", lambda: iw_figure(cfg, batch, device, k, None, None, "device's")),
+                ("iw", lambda: iw_figure(cfg, batch, device, k, whole_k, None, "device's, all K in one call"))]  # fmt: skip
     for part, figure in figures:
         if time.perf_counter() - began > args.deadline:
             save(f"deadline {args.deadline:.0f} s reached: the remaining figures were not measured")

@@ -48,7 +48,7 @@ def test_the_dry_run_passes_in_a_tree_without_shared_data(tmp_path):
     probe = json.loads((out / "probe.json").read_text())
     assert [r["mode"] for r in probe["train"]] == ["default", "tf32", "bf16", "tf32"]
     assert all(r["tokens_per_s"] > 0 and r["host_reads_per_step"] >= 0 for r in probe["train"])
-    assert [r["K"] for r in probe["iw"]] == [5, 5]
+    assert [r["K"] for r in probe["iw"]] == [5, 5, 5]
     assert probe["iw"][0]["mean_iw_nll"] == probe["iw"][1]["mean_iw_nll"] or abs(
         probe["iw"][0]["mean_iw_nll"] - probe["iw"][1]["mean_iw_nll"]
     ) < 1e-3  # the chunking changes the speed, not the value
