@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 from test_fused_ce import TOL, padded_batch, tiny
+from test_model import corpus  # noqa: F401  (a fixture)
 
 from seqvae.core import chunking, fused_ce
 
@@ -116,3 +117,59 @@ def test_the_chunking_per_device(monkeypatch):
 
     assert iw_chunk(torch.zeros(32, 81, dtype=torch.long), 20_000, None) == 1  # today's CPU figure
     assert 20 * 2**30 // (32 * 81 * 20_000) == 414  # samples per decoder call on an 80 GiB-free card
+
+
+# ---------------------------------------------------------------- the whole training step, through Lightning
+def fit_counting_reads(tmp_path, monkeypatch, model, dm, **kw):
+    """Fits one epoch; host reads per training batch (from its start to its end)."""
+    import pytorch_lightning as pl
+    from test_model import trainer
+
+    reads = HostReads(monkeypatch)
+    per_batch, start = [], [0]
+
+    class Count(pl.Callback):
+        def on_train_batch_start(self, trainer, module, batch, batch_idx):
+            start[0] = len(reads.calls)
+
+        def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
+            per_batch.append(reads.calls[start[0] :])
+
+    trainer(tmp_path, limit_val_batches=0, callbacks=[Count()], **kw).fit(model, dm)
+    return per_batch
+
+
+def test_a_default_training_step_reads_back_only_at_the_logging_interval(corpus, tmp_path, monkeypatch, cuda_plan):
+    from test_model import datamodule, tiny_model
+
+    root, _ = corpus
+    dm = datamodule(root)
+    model = tiny_model(dm.vocab_size)
+    per_batch = fit_counting_reads(tmp_path, monkeypatch, model, dm, limit_train_batches=7, log_every_n_steps=3)
+    assert len(per_batch) == 7
+    logging = {2, 5, 6}  # every 3rd step, and the epoch's last
+    assert [i for i, calls in enumerate(per_batch) if calls] == sorted(logging)
+    assert all(len(per_batch[i]) <= 1 for i in logging), per_batch  # the finite check's one read (Lightning's own at the write)
+    assert isinstance(model.train_loss_mean.total, torch.Tensor) and model.train_loss_mean.total.dtype == torch.float64
+
+
+def test_a_non_finite_update_is_not_applied_and_stops_the_run_at_the_next_read(corpus, tmp_path, monkeypatch, cuda_plan):
+    import pytorch_lightning as pl
+    from test_model import NaNAfter, datamodule, tiny_model
+    from test_model import trainer as make_trainer
+
+    from seqvae.model import NonFiniteError
+
+    root, _ = corpus
+    dm = datamodule(root)
+    model = tiny_model(dm.vocab_size, regularizers=[NaNAfter(3)])
+    snapshots = []
+
+    class Snapshot(pl.Callback):
+        def on_train_batch_start(self, trainer, module, batch, batch_idx):
+            snapshots.append({k: v.clone() for k, v in module.state_dict().items()})
+
+    with pytest.raises(NonFiniteError, match=r"non-finite nan_after, loss, grad_norm at update 3 \(epoch 0, read at update 5\)"):
+        make_trainer(tmp_path, limit_train_batches=5, limit_val_batches=0, callbacks=[Snapshot()]).fit(model, dm)
+    for k, v in model.state_dict().items():
+        assert torch.equal(v, snapshots[2][k]), k  # updates 3-5 were all non-finite: none changed a weight

@@ -28,6 +28,7 @@ class Chunking:
     train_min_rows: int | None
     eval_min_rows: int | None
     select_real: bool
+    host_reads_at_logging_only: bool = False  # the finite check and logged values (training/host_reads.py)
 
     def rows(self, vocab_size: int, training: bool) -> int | None:
         if self.chunk_elements is None:
@@ -36,7 +37,7 @@ class Chunking:
 
 
 CPU = Chunking(None, None, None, select_real=True)
-CUDA = Chunking(2**28, 256, 8192, select_real=False)
+CUDA = Chunking(2**28, 256, 8192, select_real=False, host_reads_at_logging_only=True)
 
 
 def chunking_for(device_type: str) -> Chunking:
