@@ -57,6 +57,7 @@ from seqvae.allocator import reuse_freed_memory
 from seqvae.data import BucketBatchSampler, Vocabulary, read_corpus
 from seqvae.metrics import iw_nll
 from seqvae.model import SeqVAE
+from seqvae.training.precision import set_tf32
 
 CONFIGS = {"small": dict(embed_dim=64, hidden_dim=128, latent_dim=32, vocab_size=5000),  # first: RSS is a lifetime peak
            "paper": dict(embed_dim=512, hidden_dim=1024, latent_dim=32, vocab_size=20000)}  # fmt: skip
@@ -225,6 +226,8 @@ def measure(spec: dict) -> dict:
     """One measurement, in a child process: `spec["part"]` of config `spec["config"]` with
     `fused_output=spec["fused"]`. Returns seconds and counts; the parent turns them into rates."""
     device, bf16, name = torch.device(spec["device"]), spec["bf16"], spec["config"]
+    if device.type == "cuda":  # as `seqvae fit/test` on CUDA (seqvae/training/precision.py); CPU untouched
+        set_tf32(spec.get("tf32", True))
     cfg = CONFIGS[name]
     warm, steps, n_docs = (QUICK if spec["quick"] else FULL)[name]
     batches, source = yahoo_batches(Path(spec["data"]), cfg["vocab_size"], steps)
@@ -333,6 +336,7 @@ def main():
     p.add_argument("--quick", action="store_true", help="few steps and documents (a few minutes on one idle CPU core)")
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     p.add_argument("--bf16", action="store_true", help="bf16 autocast for training and IW")
+    p.add_argument("--no-tf32", action="store_true", help="cuda: full fp32 matmuls and cuDNN (default: TF32, as seqvae fit)")
     p.add_argument("--iw-samples", type=int, default=500)
     p.add_argument("--data", type=Path, default=YAHOO, help="Yahoo text (synthetic ids if missing)")
     p.add_argument("--threads", type=int, help="torch.set_num_threads (default: torch's own)")
@@ -365,7 +369,7 @@ def main():
     torch.manual_seed(0)
     res = {"command": " ".join(["python", "scripts/bench.py", *sys.argv[1:]]), "torch": torch.__version__,
            "lightning": pl.__version__, "device": args.device, "cpu_cores": os.cpu_count(), "torch_threads": threads,
-           "bf16": args.bf16, "quick": args.quick, "iw_samples": args.iw_samples, "loadavg_start": os.getloadavg(),
+           "bf16": args.bf16, "tf32": args.device == "cuda" and not args.no_tf32, "quick": args.quick, "iw_samples": args.iw_samples, "loadavg_start": os.getloadavg(),
            "allocator": "reuse_freed_memory", "gpu": torch.cuda.get_device_name() if device.type == "cuda" else None}  # fmt: skip
     print(f"torch {torch.__version__} on {res['gpu'] or args.device}, {os.cpu_count()} CPU cores, {threads} torch threads, "
           f"1-min load average {res['loadavg_start'][0]:.2f}{', bf16 autocast' if args.bf16 else ''}; "
@@ -403,7 +407,8 @@ def main():
     # ---- training and IW per config and output-layer path, each in its own process
     paths = {"fused": True, "plain": False}
     paths = {k: paths[k] for k in args.paths.split(",")}
-    common = dict(device=args.device, bf16=args.bf16, quick=args.quick, data=str(args.data), iw_samples=args.iw_samples)
+    common = dict(device=args.device, bf16=args.bf16, quick=args.quick, data=str(args.data), iw_samples=args.iw_samples,
+                  tf32=not args.no_tf32)  # fmt: skip
     for name, cfg in CONFIGS.items():
         warm, steps, n_docs = (QUICK if args.quick else FULL)[name]
         H, V = cfg["hidden_dim"], cfg["vocab_size"]
