@@ -316,6 +316,8 @@ def allocator_main(args) -> None:
 def peak_child(spec: dict) -> dict:
     """The GEMM peak of `spec["shapes"]` in fp32 (and bf16 on a GPU that has it), with its printed lines."""
     device, lines = torch.device(spec["device"]), []
+    if device.type == "cuda":  # the fp32 peak in the precision the measurements run in
+        set_tf32(spec.get("tf32", True))
     dtypes = [torch.float32] + ([torch.bfloat16] if device.type == "cuda" and torch.cuda.is_bf16_supported() else [])
     peaks = {str(d).split(".")[1]: measure_peak(spec["shapes"], d, device, lines.append) for d in dtypes}
     return {"peaks": peaks, "lines": lines}
@@ -387,7 +389,7 @@ def main():
     # and every later child's ru_maxrss starts from the RSS it was forked at.
     shapes = peak_shapes(CONFIGS, BATCH, {name: (QUICK if args.quick else FULL)[name][2] for name in CONFIGS}, device)
     res["gemm_shapes"] = {name: list(mkn) for name, mkn in shapes.items()}
-    done = run_child({"part": "peak", "device": args.device, "shapes": res["gemm_shapes"]}, args.threads)
+    done = run_child({"part": "peak", "device": args.device, "shapes": res["gemm_shapes"], "tf32": not args.no_tf32}, args.threads)
     print("\n".join(done["lines"]))
     peaks = done["peaks"]
     res["gemm_gflops"] = {f"{kind} {name}": rate for kind, p in peaks.items() for name, rate in p["gflops"].items()}
