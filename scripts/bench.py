@@ -57,6 +57,7 @@ from seqvae.allocator import reuse_freed_memory
 from seqvae.data import BucketBatchSampler, Vocabulary, read_corpus
 from seqvae.metrics import iw_nll
 from seqvae.model import SeqVAE
+from seqvae.training.precision import set_tf32
 
 CONFIGS = {"small": dict(embed_dim=64, hidden_dim=128, latent_dim=32, vocab_size=5000),  # first: RSS is a lifetime peak
            "paper": dict(embed_dim=512, hidden_dim=1024, latent_dim=32, vocab_size=20000)}  # fmt: skip
@@ -225,6 +226,8 @@ def measure(spec: dict) -> dict:
     """One measurement, in a child process: `spec["part"]` of config `spec["config"]` with
     `fused_output=spec["fused"]`. Returns seconds and counts; the parent turns them into rates."""
     device, bf16, name = torch.device(spec["device"]), spec["bf16"], spec["config"]
+    if device.type == "cuda":  # as `seqvae fit/test` on CUDA (seqvae/training/precision.py); CPU untouched
+        set_tf32(spec.get("tf32", True))
     cfg = CONFIGS[name]
     warm, steps, n_docs = (QUICK if spec["quick"] else FULL)[name]
     batches, source = yahoo_batches(Path(spec["data"]), cfg["vocab_size"], steps)
@@ -313,6 +316,8 @@ def allocator_main(args) -> None:
 def peak_child(spec: dict) -> dict:
     """The GEMM peak of `spec["shapes"]` in fp32 (and bf16 on a GPU that has it), with its printed lines."""
     device, lines = torch.device(spec["device"]), []
+    if device.type == "cuda":  # the fp32 peak in the precision the measurements run in
+        set_tf32(spec.get("tf32", True))
     dtypes = [torch.float32] + ([torch.bfloat16] if device.type == "cuda" and torch.cuda.is_bf16_supported() else [])
     peaks = {str(d).split(".")[1]: measure_peak(spec["shapes"], d, device, lines.append) for d in dtypes}
     return {"peaks": peaks, "lines": lines}
@@ -333,6 +338,7 @@ def main():
     p.add_argument("--quick", action="store_true", help="few steps and documents (a few minutes on one idle CPU core)")
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     p.add_argument("--bf16", action="store_true", help="bf16 autocast for training and IW")
+    p.add_argument("--no-tf32", action="store_true", help="cuda: full fp32 matmuls and cuDNN (default: TF32, as seqvae fit)")
     p.add_argument("--iw-samples", type=int, default=500)
     p.add_argument("--data", type=Path, default=YAHOO, help="Yahoo text (synthetic ids if missing)")
     p.add_argument("--threads", type=int, help="torch.set_num_threads (default: torch's own)")
@@ -365,7 +371,7 @@ def main():
     torch.manual_seed(0)
     res = {"command": " ".join(["python", "scripts/bench.py", *sys.argv[1:]]), "torch": torch.__version__,
            "lightning": pl.__version__, "device": args.device, "cpu_cores": os.cpu_count(), "torch_threads": threads,
-           "bf16": args.bf16, "quick": args.quick, "iw_samples": args.iw_samples, "loadavg_start": os.getloadavg(),
+           "bf16": args.bf16, "tf32": args.device == "cuda" and not args.no_tf32, "quick": args.quick, "iw_samples": args.iw_samples, "loadavg_start": os.getloadavg(),
            "allocator": "reuse_freed_memory", "gpu": torch.cuda.get_device_name() if device.type == "cuda" else None}  # fmt: skip
     print(f"torch {torch.__version__} on {res['gpu'] or args.device}, {os.cpu_count()} CPU cores, {threads} torch threads, "
           f"1-min load average {res['loadavg_start'][0]:.2f}{', bf16 autocast' if args.bf16 else ''}; "
@@ -383,7 +389,7 @@ def main():
     # and every later child's ru_maxrss starts from the RSS it was forked at.
     shapes = peak_shapes(CONFIGS, BATCH, {name: (QUICK if args.quick else FULL)[name][2] for name in CONFIGS}, device)
     res["gemm_shapes"] = {name: list(mkn) for name, mkn in shapes.items()}
-    done = run_child({"part": "peak", "device": args.device, "shapes": res["gemm_shapes"]}, args.threads)
+    done = run_child({"part": "peak", "device": args.device, "shapes": res["gemm_shapes"], "tf32": not args.no_tf32}, args.threads)
     print("\n".join(done["lines"]))
     peaks = done["peaks"]
     res["gemm_gflops"] = {f"{kind} {name}": rate for kind, p in peaks.items() for name, rate in p["gflops"].items()}
@@ -403,7 +409,8 @@ def main():
     # ---- training and IW per config and output-layer path, each in its own process
     paths = {"fused": True, "plain": False}
     paths = {k: paths[k] for k in args.paths.split(",")}
-    common = dict(device=args.device, bf16=args.bf16, quick=args.quick, data=str(args.data), iw_samples=args.iw_samples)
+    common = dict(device=args.device, bf16=args.bf16, quick=args.quick, data=str(args.data), iw_samples=args.iw_samples,
+                  tf32=not args.no_tf32)  # fmt: skip
     for name, cfg in CONFIGS.items():
         warm, steps, n_docs = (QUICK if args.quick else FULL)[name]
         H, V = cfg["hidden_dim"], cfg["vocab_size"]

@@ -37,6 +37,7 @@ from seqvae.text.hints import data_line, fallback_warnings, unk_rate_hint
 from seqvae.training.allocator import reuse_freed_memory
 from seqvae.training.callbacks import LatentDimensions, PeriodicCheckpoint, PlateauRule, TextSamples
 from seqvae.training.log_lines import EpochLine, TestProgress
+from seqvae.training.precision import MatmulPrecision
 from seqvae.training.resume import check_resume
 from seqvae.training.retest import record_checkpoint_settings
 
@@ -96,6 +97,7 @@ class SeqVAECLI(LightningCLI):
         parser.add_lightning_class_args(PeriodicCheckpoint, "periodic_checkpoint")
         parser.add_lightning_class_args(TextSamples, "text_samples")
         parser.add_lightning_class_args(LatentDimensions, "latent_dimensions")
+        parser.add_lightning_class_args(MatmulPrecision, "matmul")  # TF32 on CUDA (training/precision.py)
 
     def parse_arguments(self, parser, args):
         self._command_line = list(args) if isinstance(args, (list, tuple)) else sys.argv[1:] if args is None else []

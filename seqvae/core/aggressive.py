@@ -90,7 +90,10 @@ class AggressiveTraining:
             stop = rule.update(terms["loss"] * n, (inner["lengths"] - 1).sum())
             if stop or step == self.max_inner_steps:
                 return step
-            inner = {k: v.to(module.device) for k, v in datamodule.random_train_batch(self.rng).items()}
+            inner = datamodule.random_train_batch(self.rng)
+            if module.device.type == "cuda":  # page-locked: the copy does not wait for the queued steps
+                inner = {k: v.pin_memory() for k, v in inner.items()}
+            inner = {k: v.to(module.device, non_blocking=True) for k, v in inner.items()}
         return self.max_inner_steps
 
     def end_epoch(self, mi: float) -> bool:

@@ -16,21 +16,19 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from seqvae.core.chunking import iw_budget
 from seqvae.core.losses import gaussian_kl
 from seqvae.core.metrics import iw_log_weights, iw_nll_from_weights, iw_nll_standard_error, sample_posterior
 
 
 def iw_chunk(tokens: torch.Tensor, vocab_size: int, budget: int | None) -> int:
     """Importance samples per decoder call so that its logits (B·chunk·T·V) stay within `budget`
-    elements; None: 2**26 on CPU, and on a GPU at least a 64th of its free memory in bytes."""
+    elements; None: `chunking.iw_budget` (2**26 on CPU, on a GPU a quarter of its free memory)."""
     per_sample = tokens.size(0) * tokens.size(1) * vocab_size
-    if budget is None:
-        budget = 2**26
-        if tokens.is_cuda:
-            # The logits, cross-entropy's log-softmax copy and temporaries: ~4 fp32 copies,
-            # kept within a quarter of the free memory. (At the paper's size, 2**26 alone
-            # would decode one sample of 32 sentences per call: latency-bound on a GPU.)
-            budget = max(budget, torch.cuda.mem_get_info(tokens.device)[0] // 64)
+    if budget is None:  # per device (core/chunking.py); at the paper's size 2**26 alone would
+        # decode one sample of 32 sentences per call: latency-bound on a GPU
+        free = torch.cuda.mem_get_info(tokens.device)[0] if tokens.is_cuda else None
+        budget = iw_budget(tokens.device.type, free)
     return max(1, budget // per_sample)
 
 

@@ -90,27 +90,31 @@ def _empty_grads(needs, h, weight, bias):
 
 class LinearCrossEntropy(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, h, weight, bias, bias_index, targets, rows):
-        ctx.dtype, ctx.rows = _compute_dtype(h), rows
+    def forward(ctx, h, weight, bias, bias_index, targets, rows, row_weight, uniform_grad):
+        ctx.dtype, ctx.rows, ctx.uniform_grad = _compute_dtype(h), rows, uniform_grad
         grads = _empty_grads(ctx.needs_input_grad, h, weight, bias)
         with torch.autocast(h.device.type, enabled=False):  # the casts are explicit, here and in backward
-            nll = _softmax_grads(h, weight, bias, bias_index, targets, rows, ctx.dtype, grads)
-        ctx.save_for_backward(h, weight, bias, bias_index, targets, *grads)
-        return nll
+            nll = _softmax_grads(h, weight, bias, bias_index, targets, rows, ctx.dtype, grads, scale=row_weight)
+        ctx.save_for_backward(h, weight, bias, bias_index, targets, row_weight, *grads)
+        return nll if row_weight is None else nll * row_weight
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad_nll):
-        h, weight, bias, bias_index, targets, dh, dw, db = ctx.saved_tensors
+        h, weight, bias, bias_index, targets, row_weight, dh, dw, db = ctx.saved_tensors
         c = grad_nll[:1]
-        if bool((grad_nll == c).all()):  # a sum or mean of the NLLs: scale what forward computed
+        # A sum or mean of the NLLs: scale what forward computed. The caller's promise
+        # (`uniform_grad`) spares the test, which reads a value back to the host (a GPU sync).
+        if ctx.uniform_grad or bool((grad_nll == c).all()):
             grads = [None if g is None else g * c.to(g.dtype) for g in (dh, dw, db)]  # not in place: retain_graph
         else:  # rows weighted differently: recompute the chunks with the weights
             grads = _empty_grads(ctx.needs_input_grad, h, weight, bias)
             with torch.autocast(h.device.type, enabled=False):
-                _softmax_grads(h, weight, bias, bias_index, targets, ctx.rows, ctx.dtype, grads, grad_nll.to(_wide(h.dtype)))
+                scale = grad_nll.to(_wide(h.dtype)) * (1 if row_weight is None else row_weight)
+                _softmax_grads(h, weight, bias, bias_index, targets, ctx.rows, ctx.dtype, grads, scale)
         dh, dw, db = grads
-        return dh, None if dw is None else dw.to(weight.dtype), None if db is None else db.to(bias.dtype), None, None, None
+        dw, db = None if dw is None else dw.to(weight.dtype), None if db is None else db.to(bias.dtype)
+        return dh, dw, db, None, None, None, None, None
 
 
 def linear_cross_entropy(
@@ -120,6 +124,8 @@ def linear_cross_entropy(
     bias: torch.Tensor | None = None,
     bias_index: torch.Tensor | None = None,
     rows: int | None = None,
+    row_weight: torch.Tensor | None = None,
+    uniform_grad: bool = False,
 ) -> torch.Tensor:
     """Per-row NLL (N,), fp32, of softmax(h @ weight.T + bias[bias_index]) at `targets`, as
     `F.cross_entropy(logits.float(), targets, reduction="none")` of the plain logits.
@@ -128,12 +134,16 @@ def linear_cross_entropy(
     (one row per sequence); bias_index (N,) the bias row of each row of h. `rows`: rows per chunk
     (default `chunk_rows(V)`, without gradients `chunk_rows(V, min_rows=EVAL_MIN_ROWS)`). Without grad
     mode (evaluation, IW-NLL under inference mode) no gradient is computed and nothing is kept for a
-    backward."""
+    backward. `row_weight` (N,) fp32: each row's NLL and gradient times it (0: padding left in, at
+    no host sync); `uniform_grad`: the caller promises the incoming gradient is the same for every
+    row (its loss is a sum or mean of these NLLs), so the backward does not test it."""
     if bias is not None and bias_index is None:
         raise ValueError("a bias needs its bias_index (the bias row of each row of h)")
     if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (h, weight, bias)):
-        return LinearCrossEntropy.apply(h, weight, bias, bias_index, targets, rows or chunk_rows(weight.size(0)))
+        rows = rows or chunk_rows(weight.size(0))
+        return LinearCrossEntropy.apply(h, weight, bias, bias_index, targets, rows, row_weight, uniform_grad)
     rows = rows or chunk_rows(weight.size(0), min_rows=EVAL_MIN_ROWS)
     dtype = _compute_dtype(h)
     with torch.autocast(h.device.type, enabled=False):
-        return _softmax_grads(h, weight, bias, bias_index, targets, rows, dtype)
+        nll = _softmax_grads(h, weight, bias, bias_index, targets, rows, dtype)
+    return nll if row_weight is None else nll * row_weight

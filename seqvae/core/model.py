@@ -28,7 +28,9 @@ from seqvae.core.transformer import TransformerEncoder
 from seqvae.errors import ConfigError
 from seqvae.options import MODEL_OPTIONS, check_option, check_strategy
 from seqvae.text.corpus import PAD_ID, UNK_ID, Vocabulary
+from seqvae.core import chunking
 from seqvae.training.callbacks import EvalMemory, ExactResume, FitClock
+from seqvae.training.host_reads import DeferredFiniteCheck, logging_now
 from seqvae.training.log_lines import EpochMean
 
 from . import generation, scoring
@@ -46,9 +48,14 @@ class NonFiniteError(FloatingPointError):
     """A loss term or the gradient became NaN/Inf; the message names the update and the term."""
 
 
-def check_finite(module, terms: dict, grad_norm: torch.Tensor) -> None:
-    """Stops before a non-finite update reaches the weights (one host sync per update)."""
+def check_finite(module, terms: dict, grad_norm: torch.Tensor, grads: list | None = None) -> None:
+    """Stops before a non-finite update reaches the weights (one host sync per update); where the
+    device plan defers host reads, zeroes that update's `grads` on the device and stops at the
+    next read (`training/host_reads.py`)."""
     values = torch.stack([v.detach().float() for v in terms.values()] + [grad_norm.float()])
+    if grads is not None and defers_reads(module):
+        check = module.__dict__.setdefault("_finite_check", DeferredFiniteCheck())
+        return check.add(values, [*terms, "grad_norm"], module.num_updates + 1, grads)
     finite = bool(torch.isfinite(values).all())
     if module._trainer is not None and module.trainer.world_size > 1:
         # Every rank stops together (one that raised alone would leave the others waiting).
@@ -61,6 +68,26 @@ def check_finite(module, terms: dict, grad_norm: torch.Tensor) -> None:
         f"(epoch {module.trainer.current_epoch}, batch index {module._batch_idx}); "
         "weights not updated, the last checkpoint is kept"
     )
+
+
+def defers_reads(module) -> bool:
+    """The device plan keeps host reads to the logging interval (CUDA), in one process (DDP ranks stop together)."""
+    one_process = module._trainer is None or module.trainer.world_size == 1
+    return one_process and chunking.chunking_for(module.device.type).host_reads_at_logging_only
+
+
+def record_loss(module, loss: torch.Tensor, n: int, batch_idx: int) -> bool:
+    """Adds a batch's loss to the epoch's mean; False where the step logs nothing (training/host_reads.py)."""
+    defer = defers_reads(module)
+    module.train_loss_mean.add(module.current_epoch, loss.double() if defer else float(loss), n)
+    if not defer:
+        return True
+    if not logging_now(module.trainer, batch_idx):
+        return False
+    check = module.__dict__.get("_finite_check")
+    if check is not None:
+        check.raise_if_any(module, NonFiniteError)
+    return True
 
 
 class SeqVAE(pl.LightningModule):
@@ -87,7 +114,7 @@ class SeqVAE(pl.LightningModule):
         val_iw_samples: Importance samples for IW-NLL during validation (0: off).
         test_iw_samples: Importance samples for IW-NLL at test (500 in the papers).
         iw_max_elements: Memory budget of one IW decoder chunk, in logits (B·K·T·V) elements;
-            None: 2**26 on CPU, and on a GPU a sixteenth of its free memory in fp32 elements.
+            None: 2**26 on CPU, on a GPU a quarter of its free memory in elements (`core/chunking.py`).
         mi_dataset: Also compute MI with the whole evaluation set as the pool (Li et al.).
         eval_seed: Seed of the noise of every evaluation pass (z samples of rec, IW-NLL and MI).
         init_encoder_from: Checkpoint whose encoder (embedding, LSTM, posterior layer) replaces
@@ -167,11 +194,11 @@ class SeqVAE(pl.LightningModule):
         tokens, lengths = batch["tokens"], batch["lengths"]
         inputs = self.decoder_inputs(tokens)
         if self.encoder is None:  # language model
-            rec = -self.decoder.log_likelihood(tokens, lengths, None, inputs)[:, 0].mean()
+            rec = -self.decoder.log_likelihood(tokens, lengths, None, inputs, summed=True)[:, 0].mean()
             return {"loss": rec, "rec": rec.detach()}
         mu, logvar, h = self.encoder(tokens, lengths)
         z = sample_posterior(mu, logvar, 1)  # (B, 1, Z)
-        rec = -self.decoder.log_likelihood(tokens, lengths, z, inputs)[:, 0]  # (B,)
+        rec = -self.decoder.log_likelihood(tokens, lengths, z, inputs, summed=True)[:, 0]  # (B,), meaned below
         kl_dims = gaussian_kl(mu, logvar)  # (B, Z)
         loss = (rec + kl_weight * self.kl_penalty(kl_dims)).mean()
         terms = {"rec": rec.mean().detach(), "kl": kl_dims.sum(-1).mean().detach()}
@@ -219,7 +246,7 @@ class SeqVAE(pl.LightningModule):
         clipped = self if stepped is None or clip_joint else stepped
         params = [p for p in clipped.parameters() if p.grad is not None]
         grad_norm = torch.nn.utils.clip_grad_norm_(params, self.hparams.grad_clip)
-        check_finite(self, terms, grad_norm)
+        check_finite(self, terms, grad_norm, [p.grad for p in params])
         for p in others:  # clip_joint: computed for the norm only; SGD skips a None grad
             p.grad = None
         for opt in opts:
@@ -237,9 +264,9 @@ class SeqVAE(pl.LightningModule):
         else:
             terms = self.update_step(batch, weight)
             self.encoder_updates += self.encoder is not None
-        self.decoder_updates += 1
-        self.num_updates += 1
-        self.train_loss_mean.add(self.current_epoch, float(terms["loss"]), batch["tokens"].size(0))
+        self.decoder_updates, self.num_updates = self.decoder_updates + 1, self.num_updates + 1
+        if not record_loss(self, terms["loss"], batch["tokens"].size(0), batch_idx):
+            return  # on CUDA the values stay on the device until Lightning logs them
         self.log_dict({f"train/{k}": v for k, v in terms.items()}, batch_size=batch["tokens"].size(0), prog_bar=True)
         self.log("train/kl_weight", weight, prog_bar=True)
         counts = {"encoder_updates": self.encoder_updates, "decoder_updates": self.decoder_updates}

@@ -12,6 +12,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from seqvae.core.features import POOLINGS, Init, Pooling, bn_vae_norm, gaussian_posterior  # noqa: F401  (Pooling: API)
+from seqvae.core import chunking
 from seqvae.core.fused_ce import linear_cross_entropy
 from seqvae.core.losses import StandardKL
 from seqvae.errors import ConfigError
@@ -293,11 +294,13 @@ class LSTMDecoder(nn.Module):
             x = token.view(-1)
         return history[:, 0], scores[:, 0]
 
-    def log_likelihood(self, tokens: torch.Tensor, lengths: torch.Tensor, z: torch.Tensor | None, inputs=None):
+    def log_likelihood(self, tokens: torch.Tensor, lengths: torch.Tensor, z: torch.Tensor | None, inputs=None, summed=False):
         """log p(x | z) summed over the n + 1 predicted tokens.
 
         tokens (B, T) `<s> … </s>`; z (B, K, Z) or None -> (B, K) (K = 1 without z).
         `inputs` replaces the decoder's input ids (word dropout); default tokens[:, :-1].
+        `summed`: the caller's loss is a sum or mean over the (B, K) values (the training loss):
+        the fused backward then need not test its incoming gradient (a host sync on a GPU).
         """
         B, T = tokens.shape
         K = 1 if z is None else z.size(1)
@@ -309,13 +312,24 @@ class LSTMDecoder(nn.Module):
         # The per-token NLL is fp32 under bf16 autocast too: sums of ~100 log-probs.
         if self.fused_output:
             h = self.states(inputs.repeat_interleave(K, 0), flat_z)  # (B*K, T-1, H), dropout applied
+            plan = chunking.chunking_for(tokens.device.type)
+            if not plan.select_real:  # every row, padding weighted 0: no host sync (core/chunking.py)
+                skip = self.z_to_out(flat_z) if self.skip else None
+                trains = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (h, self.out.weight, skip))
+                seq = torch.arange(B * K, device=tokens.device).repeat_interleave(T - 1)
+                weight = mask.repeat_interleave(K, 0).reshape(-1).float()
+                rows = plan.rows(self.out.weight.size(0), trains)
+                nll = linear_cross_entropy(h.reshape(-1, h.size(-1)), self.out.weight, targets, skip, seq, rows, weight, summed)
+                return -nll.view(B, K, T - 1).sum(-1)
             # Real tokens only (padding costs nothing, and every row then has the same loss
             # gradient: fused_ce's one-pass case). Rows are (sequence, step) as 2-D GEMM rows;
             # the skip term is one row per sequence, picked per token by `seq`.
             real = mask.repeat_interleave(K, 0).reshape(-1)
             seq = torch.arange(B * K, device=tokens.device).repeat_interleave(T - 1)[real]
             skip = self.z_to_out(flat_z) if self.skip else None  # (B*K, V)
-            picked = linear_cross_entropy(h.reshape(-1, h.size(-1))[real], self.out.weight, targets[real], skip, seq)
+            picked = linear_cross_entropy(
+                h.reshape(-1, h.size(-1))[real], self.out.weight, targets[real], skip, seq, uniform_grad=summed
+            )
             nll = torch.zeros(targets.shape, dtype=picked.dtype, device=picked.device).masked_scatter(real, picked)
         else:
             logits = self(inputs.repeat_interleave(K, 0), flat_z)  # (B*K, T-1, V)

@@ -96,11 +96,11 @@ def cpu_name() -> str | None:
 
 
 def device_facts() -> dict:
-    """cuda / cudnn versions (None on CPU builds), the device's name and torch's thread count."""
+    """cuda / cudnn versions (None on CPU builds), the device's name, torch's thread count and TF32."""
     try:
         import torch
     except ImportError:
-        return {"cuda": None, "cudnn": None, "device": cpu_name(), "torch_threads": None}
+        return {"cuda": None, "cudnn": None, "device": cpu_name(), "torch_threads": None, "matmul_tf32": None, "cudnn_tf32": None}
     device = None
     try:
         if torch.cuda.is_available():
@@ -114,11 +114,15 @@ def device_facts() -> dict:
             cudnn = torch.backends.cudnn.version()
     except Exception:  # noqa: BLE001
         cudnn = None
+    # TF32 (seqvae/training/precision.py): None off CUDA, where neither setting applies.
+    on_cuda = device is not None
     return {
         "cuda": torch.version.cuda,
         "cudnn": cudnn,
         "device": device or cpu_name(),
         "torch_threads": torch.get_num_threads(),
+        "matmul_tf32": torch.get_float32_matmul_precision() != "highest" if on_cuda else None,
+        "cudnn_tf32": bool(torch.backends.cudnn.allow_tf32) if on_cuda else None,
     }
 
 

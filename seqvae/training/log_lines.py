@@ -21,17 +21,19 @@ class EpochMean:
     def __init__(self):
         self.epoch, self.total, self.count = -1, 0.0, 0
 
-    def add(self, epoch: int, value: float, n: int) -> None:
+    def add(self, epoch: int, value, n: int) -> None:
+        """`value`: a float, or an fp64 device tensor (summed on the device, read in `mean`: the
+        same fp64 sums as the floats', with no host read per batch)."""
         if epoch != self.epoch:  # a new epoch starts a new mean
             self.epoch, self.total, self.count = epoch, 0.0, 0
-        self.total += value * n
+        self.total = self.total + value * n
         self.count += n
 
     def mean(self, epoch: int) -> float | None:
-        return self.total / self.count if epoch == self.epoch and self.count else None
+        return float(self.total) / self.count if epoch == self.epoch and self.count else None
 
     def state_dict(self) -> dict:
-        return {"epoch": self.epoch, "total": self.total, "count": self.count}
+        return {"epoch": self.epoch, "total": float(self.total), "count": self.count}
 
     def load_state_dict(self, state: dict) -> None:
         self.epoch, self.total, self.count = state["epoch"], state["total"], state["count"]
