@@ -22,7 +22,7 @@ from typing import Literal
 
 import torch
 
-from seqvae.options import AT_LEAST_ONE
+from seqvae.options import AT_LEAST_ONE, strategy
 from seqvae.text.corpus import run_seed
 
 
@@ -52,6 +52,7 @@ class WindowStopRule:
         return False
 
 
+@strategy
 class AggressiveTraining:
     """Turns on aggressive encoder training (He et al. 2019).
 

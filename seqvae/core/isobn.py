@@ -22,9 +22,10 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from seqvae.options import NON_NEGATIVE, POSITIVE, Range, check_strategy
+from seqvae.options import NON_NEGATIVE, POSITIVE, Range, check_strategy, strategy
 
 
+@strategy
 class IsoBN:
     """Settings of IsoBN: strength `beta`, `momentum` of the moving statistics, `eps`."""
 

@@ -20,9 +20,10 @@ from seqvae.core.bn_bound import BNBoundCheck
 from seqvae.core.evaluation import EvalNoise, evaluate_batch, iw_chunk
 from seqvae.core.generation import Decoding, Generation, Predictor
 from seqvae.core.isobn import IsoBN
-from seqvae.core.losses import KLPenalty, Regularizer, StandardKL, gaussian_kl
-from seqvae.core.metrics import EvalMetrics, sample_posterior
+from seqvae.core.losses import KLPenalty, Regularizer, StandardKL
+from seqvae.core.metrics import EvalMetrics
 from seqvae.core.networks import Init, LSTMDecoder, Pooling, encoder_optimizer, make_encoder, pretrained_encoder
+from seqvae.core.posteriors import Posterior
 from seqvae.core.schedules import KLSchedule, LinearKLWarmup
 from seqvae.core.transformer import TransformerEncoder
 from seqvae.errors import ConfigError
@@ -64,7 +65,7 @@ def check_finite(module, terms: dict, grad_norm: torch.Tensor) -> None:
 
 
 class SeqVAE(pl.LightningModule):
-    """LSTM encoder → Gaussian q(z|x) → LSTM decoder p(x|z), trained on rec + w·KL.
+    """LSTM encoder → q(z|x) (Gaussian by default) → LSTM decoder p(x|z), trained on rec + w·KL.
 
     Args:
         vocab_size: Vocabulary size (linked from `data.vocab_size` by the CLI).
@@ -75,6 +76,7 @@ class SeqVAE(pl.LightningModule):
         pooling: Encoder feature: "last" state (reference), "avg"/"max"/"abs" over time, "cls" (Transformer).
         encoder: Not the LSTM: a strategy with `build` (`TransformerEncoder`); same pooling and posterior.
         feature_norm: A norm on the encoder's features before the posterior layer (`IsoBN`); None: off.
+        posterior: The family of q(z|x) and its layer (`posteriors.py`); None: `GaussianPosterior` (diagonal).
         dropout_in: Dropout on decoder input embeddings.
         dropout_out: Dropout on decoder LSTM outputs.
         word_dropout: Probability of replacing each decoder input word after `<s>` by unk (Bowman).
@@ -116,7 +118,7 @@ class SeqVAE(pl.LightningModule):
         aggressive: AggressiveTraining | None = None, bn_gamma: float | None = None, bn_eps: float = 1e-5,
         init: Init = "reference", fused_output: bool = True, encoder_hidden_dim: int | None = None,
         generation: Generation = Generation(),  # noqa: B008 (frozen: immutable default)
-        encoder: TransformerEncoder | None = None, feature_norm: IsoBN | None = None,
+        encoder: TransformerEncoder | None = None, feature_norm: IsoBN | None = None, posterior: Posterior | None = None,
     ):  # fmt: skip
         super().__init__()
         self.save_hyperparameters(ignore=["generation"])
@@ -169,10 +171,9 @@ class SeqVAE(pl.LightningModule):
         if self.encoder is None:  # language model
             rec = -self.decoder.log_likelihood(tokens, lengths, None, inputs)[:, 0].mean()
             return {"loss": rec, "rec": rec.detach()}
-        mu, logvar, h = self.encoder(tokens, lengths)
-        z = sample_posterior(mu, logvar, 1)  # (B, 1, Z)
-        rec = -self.decoder.log_likelihood(tokens, lengths, z, inputs)[:, 0]  # (B,)
-        kl_dims = gaussian_kl(mu, logvar)  # (B, Z)
+        q, h = self.encoder.encode(tokens, lengths)
+        rec = -self.decoder.log_likelihood(tokens, lengths, q.sample(1), inputs)[:, 0]  # (B,); z (B, 1, Z)
+        kl_dims = q.kl_terms()  # (B, Z), or (B, 1) for a posterior whose KL does not split over dimensions
         loss = (rec + kl_weight * self.kl_penalty(kl_dims)).mean()
         terms = {"rec": rec.mean().detach(), "kl": kl_dims.sum(-1).mean().detach()}
         for reg in self.regularizers:

@@ -11,8 +11,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from seqvae.core.features import POOLINGS, Init, Pooling, bn_vae_norm, gaussian_posterior  # noqa: F401  (Pooling: API)
+from seqvae.core.features import POOLINGS, Init, Pooling, PosteriorEncoder, bn_vae_norm  # noqa: F401  (Pooling: API)
 from seqvae.core.fused_ce import linear_cross_entropy
+from seqvae.core.posteriors import GaussianPosterior, Posterior
 from seqvae.errors import ConfigError
 from seqvae.rundir.checkpoints import load_checkpoint
 from seqvae.text.corpus import Vocabulary
@@ -38,7 +39,7 @@ def init_weights(module: nn.Module, init: Init = "reference") -> None:
             nn.init.uniform_(m.weight, -0.1, 0.1)
 
 
-class LSTMEncoder(nn.Module):
+class LSTMEncoder(PosteriorEncoder):
     def __init__(
         self,
         vocab_size: int,
@@ -49,14 +50,16 @@ class LSTMEncoder(nn.Module):
         bn_gamma: float | None = None,
         bn_eps: float = 1e-5,
         init: Init = "reference",
+        posterior: Posterior | None = None,
     ):
         super().__init__()
+        self.posterior = posterior or GaussianPosterior()
         if pooling not in POOLINGS:
             raise ConfigError(f"model.pooling: {pooling!r} is not an LSTM encoder's feature (choose from {', '.join(POOLINGS)})")
         self.pool = POOLINGS[pooling]
         self.embed = nn.Embedding(vocab_size, embed_dim)
         self.lstm = nn.LSTM(embed_dim, hidden_dim, batch_first=True)
-        self.to_posterior = nn.Linear(hidden_dim, 2 * latent_dim, bias=False)
+        self.to_posterior = self.posterior.layer(hidden_dim, latent_dim)
         init_weights(self, init)
         self.mean_norm = bn_vae_norm(latent_dim, bn_gamma, bn_eps)
         self.feature_dim = hidden_dim
@@ -65,10 +68,6 @@ class LSTMEncoder(nn.Module):
         mask = torch.arange(tokens.size(1), device=tokens.device) < lengths.unsqueeze(1)  # (B, T)
         h, _ = self.lstm(self.embed(tokens))  # (B, T, H)
         return self.pool(h, mask, lengths)  # (B, H)
-
-    def forward(self, tokens: torch.Tensor, lengths: torch.Tensor):
-        """Returns mu, logvar (B, Z) and the pooled features h (B, H). log σ² is not clamped."""
-        return gaussian_posterior(self, self.features(tokens, lengths))
 
 
 def encoder_optimizer(encoder: nn.Module, lr: float) -> torch.optim.Optimizer:
@@ -88,7 +87,9 @@ def make_encoder(encoder, feature_norm, h) -> tuple[nn.Module | None, int]:
         if feature_norm is not None:
             raise ConfigError("model.feature_norm: the language model (latent_dim 0) has no encoder features to normalise")
         return None, h.encoder_hidden_dim or h.hidden_dim
-    args = (h.latent_dim, h.pooling, h.bn_gamma, h.bn_eps, h.init)
+    posterior = h.get("posterior") or GaussianPosterior()
+    posterior.check_penalty(h.get("kl_penalty"))
+    args = (h.latent_dim, h.pooling, h.bn_gamma, h.bn_eps, h.init, posterior)
     if encoder is not None:
         net = encoder.build(h.vocab_size, *args)
     else:
