@@ -135,7 +135,7 @@ class SeqVAE(pl.LightningModule):
         strategies.update({f"regularizers[{i}]": r for i, r in enumerate(self.regularizers)})
         for option, strategy in strategies.items():
             check_strategy(f"model.{option}", strategy)
-        self.encoder, feature_dim = make_encoder(encoder, feature_norm, self.hparams)
+        self.encoder, feature_dim = make_encoder(encoder, feature_norm, self.hparams, posterior, self.kl_penalty)
         dropout = (dropout_in, dropout_out)
         self.decoder = LSTMDecoder(vocab_size, embed_dim, hidden_dim, latent_dim, *dropout, skip, init, fused_output)
         self.val_metrics = EvalMetrics(latent_dim, feature_dim, mi_dataset, seed=eval_seed)

@@ -76,19 +76,20 @@ def encoder_optimizer(encoder: nn.Module, lr: float) -> torch.optim.Optimizer:
     return make(lr) if make is not None else torch.optim.SGD(encoder.parameters(), lr=lr)
 
 
-def make_encoder(encoder, feature_norm, h) -> tuple[nn.Module | None, int]:
+def make_encoder(encoder, feature_norm, h, posterior=None, kl_penalty=None) -> tuple[nn.Module | None, int]:
     """The encoder of SeqVAE's hyper-parameters `h` and its feature size: `encoder.build(...)`
     when a strategy is chosen (`model.encoder`, e.g. the Transformer), else the LSTM of
     `embed_dim` and `encoder_hidden_dim or hidden_dim`; None for the language model (latent 0).
-    `feature_norm` (IsoBN), when set, becomes the encoder's `feature_norm` (`gaussian_posterior`)."""
+    `feature_norm` (IsoBN), when set, becomes the encoder's `feature_norm` (`posterior_of`); `posterior`
+    (default `GaussianPosterior`) its posterior, refused with a `kl_penalty` it cannot serve."""
     if encoder is not None and h.encoder_hidden_dim is not None:
         raise ConfigError("model.encoder_hidden_dim: sets the LSTM encoder's size; with model.encoder, set its init_args")
     if not h.latent_dim:
         if feature_norm is not None:
             raise ConfigError("model.feature_norm: the language model (latent_dim 0) has no encoder features to normalise")
         return None, h.encoder_hidden_dim or h.hidden_dim
-    posterior = h.get("posterior") or GaussianPosterior()
-    posterior.check_penalty(h.get("kl_penalty"))
+    posterior = posterior or GaussianPosterior()
+    posterior.check_penalty(kl_penalty)
     args = (h.latent_dim, h.pooling, h.bn_gamma, h.bn_eps, h.init, posterior)
     if encoder is not None:
         net = encoder.build(h.vocab_size, *args)
