@@ -54,6 +54,11 @@ def test_fullcov_log_q_and_kl_equal_multivariate_normal():
     kl = torch.stack([kl_divergence(mvn(q, i), prior) for i in range(B)])
     torch.testing.assert_close(q.kl(), kl, rtol=1e-10, atol=1e-10)
     torch.testing.assert_close(q.kl_terms().sum(-1), kl, rtol=1e-10, atol=1e-10)
+    # each dimension's marginal N(mu_d, Σ_dd) against N(0, 1) (the per-dimension figure's KL)
+    var = torch.diagonal(q.L @ q.L.T)
+    marginal = torch.stack([kl_divergence(torch.distributions.Normal(q.mu[i], var.sqrt()), torch.distributions.Normal(0.0, 1.0))
+                            for i in range(B)])  # fmt: skip
+    torch.testing.assert_close(q.marginal_kl(), marginal, rtol=1e-10, atol=1e-10)
     # entropy, for MI: H = (d/2)(1 + log 2π) + log|det L|, the same for every text
     torch.testing.assert_close(-q.neg_entropy(), torch.stack([mvn(q, i).entropy() for i in range(B)]), rtol=1e-10, atol=1e-10)
 
