@@ -108,10 +108,10 @@ def __getattr__(name: str):
         globals()[name] = value  # once: later lookups do not come back here
         return value
     if not name.startswith("_"):
-        # A strategy class declared where it is defined (`options.strategy`): the model's module
+        # A strategy class declared where it is defined (`core.strategies`): the model's module
         # imports every strategy module, and the checkpoint loader any other.
         importlib.import_module(".core.model", __name__)
-        value = importlib.import_module(".options", __name__).STRATEGIES.get(name)
+        value = importlib.import_module(".core.strategies", __name__).STRATEGIES.get(name)
         if value is not None:
             globals()[name] = value
             return value

@@ -24,7 +24,7 @@ from seqvae.core.model import SeqVAE
 from seqvae.core.posteriors import FullCovGaussian, FullCovGaussianPosterior, GaussianPosterior
 from seqvae.errors import ConfigError
 from seqvae.losses import BatchFreeBits, FreeBits, StandardKL
-from seqvae.options import STRATEGIES
+from seqvae.core.strategies import STRATEGIES
 
 F64 = torch.float64
 B, Z = 5, 4

@@ -22,7 +22,8 @@ from typing import Literal
 
 import torch
 
-from seqvae.options import AT_LEAST_ONE, strategy
+from seqvae.core.strategies import strategy
+from seqvae.options import AT_LEAST_ONE
 from seqvae.text.corpus import run_seed
 
 

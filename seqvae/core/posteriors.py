@@ -21,8 +21,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from seqvae.core.gaussian import LOG_2PI, DiagonalGaussian
+from seqvae.core.strategies import declares_subclasses
 from seqvae.errors import ConfigError
-from seqvae.options import declares_subclasses
 
 
 @declares_subclasses

@@ -12,10 +12,10 @@ from pathlib import Path
 import torch
 
 # The modules whose strategy classes a checkpoint's hyper-parameters may carry: importing them
-# declares their classes (`options.strategy`), which `allow_strategies` hands to torch.
+# declares their classes (`core.strategies.strategy`), which `allow_strategies` hands to torch.
 from seqvae.core import aggressive, isobn, losses, posteriors, schedules, transformer  # noqa: F401
+from seqvae.core.strategies import STRATEGIES
 from seqvae.errors import CorpusError
-from seqvae.options import STRATEGIES
 from seqvae.text.corpus import Vocabulary
 
 _ALLOWED: set[type] = set()
