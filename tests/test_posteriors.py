@@ -132,7 +132,7 @@ def test_fullcov_layer_is_a_linear_map_of_h_and_the_noise():
 def test_a_penalty_that_needs_the_kl_per_dimension_is_refused_with_the_full_covariance():
     for penalty in (FreeBits(4.0), BatchFreeBits(4.0)):
         with pytest.raises(ConfigError, match=r"^model.kl_penalty: .*FreeBits needs the KL per latent dimension"):
-            SeqVAE(vocab_size=20, embed_dim=8, hidden_dim=12, latent_dim=Z, kl_penalty=penalty, posterior=FullCovGaussianPosterior())
+            SeqVAE(vocab_size=20, hidden_dim=12, latent_dim=Z, kl_penalty=penalty, posterior=FullCovGaussianPosterior())
     SeqVAE(vocab_size=20, embed_dim=8, hidden_dim=12, latent_dim=Z, kl_penalty=StandardKL(), posterior=FullCovGaussianPosterior())
 
 
@@ -164,7 +164,8 @@ def test_every_strategy_class_in_the_package_loads_from_a_weights_only_checkpoin
     import seqvae.cli  # noqa: F401  (every module a run can name a strategy from)
 
     classes = [c for c in STRATEGIES.values() if c.__module__.startswith("seqvae.")]
-    assert {"FullCovGaussianPosterior", "GaussianPosterior", "FreeBits", "LinearKLWarmup", "IsoBN"} <= {c.__name__ for c in classes}
+    names = {c.__name__ for c in classes}
+    assert {"FullCovGaussianPosterior", "GaussianPosterior", "FreeBits", "LinearKLWarmup", "IsoBN"} <= names
     torch.save({"strategies": [c() for c in classes]}, tmp_path / "all.ckpt")
     # a fresh process that imports the loader alone: a class whose module the loader does not
     # import (so it never declared itself there) is refused
@@ -178,9 +179,9 @@ def test_fullcov_fits_tests_and_compares_with_only_its_config(tmp_path, capsys):
 
     for name, seed in (("train", 0), ("valid", 1), ("test", 2)):
         write_corpus(tmp_path / f"{name}.txt", 40, seed)
-    common = [f"--config={CONFIGS / 'demo.yaml'}", f"--data.train={tmp_path / 'train.txt'}", f"--data.val={tmp_path / 'valid.txt'}",
-              f"--data.test={tmp_path / 'test.txt'}", "--model.test_iw_samples=3", "--trainer.max_epochs=1",
-              f"--trainer.logger.init_args.save_dir={tmp_path / 'runs'}", *TINY]  # fmt: skip
+    common = [f"--config={CONFIGS / 'demo.yaml'}", f"--data.train={tmp_path / 'train.txt'}",
+              f"--data.val={tmp_path / 'valid.txt'}", f"--data.test={tmp_path / 'test.txt'}", "--model.test_iw_samples=3",
+              "--trainer.max_epochs=1", f"--trainer.logger.init_args.save_dir={tmp_path / 'runs'}", *TINY]  # fmt: skip
     fullcov = [f"--config={CONFIGS / 'posteriors' / 'fullcov.yaml'}"]
     status, err = run(["fit", *common, *fullcov, "--trainer.logger.init_args.version=fullcov"], capsys)
     assert status == 0, err
@@ -197,6 +198,7 @@ def test_fullcov_fits_tests_and_compares_with_only_its_config(tmp_path, capsys):
     status, err = run(["compare", str(tmp_path / "runs" / "demo" / "*"), "--format", "json"], capsys)
     assert status == 0, err
     # a refused penalty: one line, exit 2, no run directory
-    status, err = run(["fit", *common, *fullcov, "--model.kl_penalty=seqvae.FreeBits", "--trainer.logger.init_args.version=no"], capsys)
+    refused = ["--model.kl_penalty=seqvae.FreeBits", "--trainer.logger.init_args.version=no"]
+    status, err = run(["fit", *common, *fullcov, *refused], capsys)
     assert status == 2 and err.strip().count("\n") == 0 and "FreeBits needs the KL per latent dimension" in err
     assert not (tmp_path / "runs" / "demo" / "no").exists()

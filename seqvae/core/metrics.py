@@ -151,7 +151,9 @@ def mutual_information(
     return posterior_mutual_information(DiagonalGaussian(mu, logvar), generator, samples, max_elements, return_se)
 
 
-def posterior_mutual_information(q, generator=None, samples: int = 1, max_elements: int = MI_MAX_ELEMENTS, return_se: bool = False):
+def posterior_mutual_information(
+    q, generator=None, samples: int = 1, max_elements: int = MI_MAX_ELEMENTS, return_se: bool = False
+):
     """`mutual_information` of the M posteriors `q` of any family (`posteriors.py`): its entropy
     and its cross-densities log q(z_i|x_j) come from `q`."""
     m, nz = q.mean.shape
