@@ -202,3 +202,16 @@ def test_fullcov_fits_tests_and_compares_with_only_its_config(tmp_path, capsys):
     status, err = run(["fit", *common, *fullcov, *refused], capsys)
     assert status == 2 and err.strip().count("\n") == 0 and "FreeBits needs the KL per latent dimension" in err
     assert not (tmp_path / "runs" / "demo" / "no").exists()
+
+
+def test_runs_without_model_posterior_group_with_its_null_and_not_with_the_full_covariance(tmp_path):
+    from test_compare import make_run, metrics
+
+    from seqvae.analysis import compare
+
+    old = make_run(tmp_path, "max", 1, metrics(400.0, 60.0))  # written before model.posterior existed
+    new = make_run(tmp_path, "max", 2, metrics(402.0, 60.0), posterior=None)
+    groups = compare.group_runs(compare.find_runs([str(old), str(new)]))
+    assert len(groups) == 1 and groups[0]["stats"]["iw_nll"]["mean"] == 401.0
+    full = make_run(tmp_path, "fullcov", 1, metrics(399.0, 60.0), posterior={"class_path": "seqvae.FullCovGaussianPosterior"})
+    assert len(compare.group_runs(compare.find_runs([str(old), str(new), str(full)]))) == 2
