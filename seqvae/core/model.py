@@ -333,7 +333,7 @@ class SeqVAE(pl.LightningModule):
         return scoring.features(self, texts, batch_size)
 
     def encode(self, texts: list[str], batch_size: int = 64) -> tuple[torch.Tensor, torch.Tensor]:
-        """Posterior parameters (mu, logvar), each (N, Z), for whitespace-tokenised texts."""
+        """Posterior parameters, mu first: (mu, logvar), each (N, Z), for the default Gaussian (`params()`)."""
         return scoring.encode(self, texts, batch_size)
 
     def elbo(self, texts: list[str], batch_size: int = 64) -> torch.Tensor:
