@@ -275,21 +275,21 @@ def noise_streams(seed: int, size: int) -> dict:
 
 @contextlib.contextmanager
 def _shared_noise(pick):
-    """seqvae's `sample_posterior` (as evaluation and the MI estimator call it) answered from the
-    `FlatNoise` stream `pick(generator)` returns, for the duration of the block."""
-    import seqvae.core.evaluation as evaluation
-    import seqvae.core.metrics as metrics
+    """seqvae's `sample_posterior` (the diagonal Gaussian's draws, wherever evaluation and the MI
+    estimator ask its posterior for z) answered from the `FlatNoise` stream `pick(generator)`
+    returns, for the duration of the block."""
+    import seqvae.core.gaussian as gaussian
 
     def shared(mu, logvar, k, generator=None):
         eps = pick(generator).take((mu.size(0), k, mu.size(1)), mu.dtype)
         return mu.unsqueeze(1) + (0.5 * logvar).exp().unsqueeze(1) * eps
 
-    originals = evaluation.sample_posterior, metrics.sample_posterior
-    evaluation.sample_posterior = metrics.sample_posterior = shared
+    original = gaussian.sample_posterior
+    gaussian.sample_posterior = shared
     try:
         yield
     finally:
-        evaluation.sample_posterior, metrics.sample_posterior = originals
+        gaussian.sample_posterior = original
 
 
 def _stream_size(model, batches: list) -> int:

@@ -107,6 +107,15 @@ def __getattr__(name: str):
         value = getattr(importlib.import_module(f".{_WHERE[name]}", __name__), name)
         globals()[name] = value  # once: later lookups do not come back here
         return value
+    if name[:1].isupper():
+        # A strategy class declared where it is defined (`core.strategies`): the model's module
+        # imports every strategy module. (Only class names: `from seqvae import compare` must
+        # not import torch before it finds the submodule.)
+        importlib.import_module(".core.model", __name__)
+        value = importlib.import_module(".core.strategies", __name__).STRATEGIES.get(name)
+        if value is not None:
+            globals()[name] = value
+            return value
     raise AttributeError(f"module 'seqvae' has no attribute {name!r}")
 
 

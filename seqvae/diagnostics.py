@@ -19,7 +19,6 @@ import pytorch_lightning as pl
 import torch
 import yaml
 
-from seqvae.core.metrics import sample_posterior
 from seqvae.core.model import SeqVAE
 from seqvae.text.datamodule import TextDataModule
 
@@ -45,8 +44,9 @@ def diagnose(run: Path, checkpoint: str = "best", batches: int = 3, seed: int = 
     for _, batch in zip(range(batches), dm.train_dataloader()):
         model.zero_grad()
         tokens, lengths = batch["tokens"], batch["lengths"]
-        mu, logvar, h = model.encoder(tokens, lengths)
-        rec = -model.decoder.log_likelihood(tokens, lengths, sample_posterior(mu, logvar, 1))[:, 0].mean()
+        q, h = model.encoder.encode(tokens, lengths)
+        mu = q.mean
+        rec = -model.decoder.log_likelihood(tokens, lengths, q.sample(1))[:, 0].mean()
         rec.backward()
         total = torch.sqrt(sum(p.grad.pow(2).sum() for p in params.values() if p.grad is not None))
         for n, p in params.items():

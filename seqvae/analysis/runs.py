@@ -69,8 +69,9 @@ KEPT = ("checkpoint.monitor",)
 DEFAULTS_OF_NEWER_KEYS = {"model.init": "reference", "model.bn_eps": 1e-5}
 # Switches added later whose default is what every earlier run did: dropped at that value, so
 # runs from before and after group without a note under every table; only a run that turned
-# one off shows it (`plateau.enabled=False`).
-DROPPED_AT_DEFAULT = {"plateau.enabled": True}
+# one off shows it (`plateau.enabled=False`). `model.posterior: null` is the diagonal Gaussian
+# that every run before that option used.
+DROPPED_AT_DEFAULT = {"plateau.enabled": True, "model.posterior": None}
 # Newer settings whose null (or absence, in runs written before them) means "the value of another
 # key": resolved to that value, so a run from before the key, one that sets it null and one that
 # sets it to the same number are the same config (nothing to note), and a row's label can say

@@ -22,6 +22,7 @@ from typing import Literal
 
 import torch
 
+from seqvae.core.strategies import strategy
 from seqvae.options import AT_LEAST_ONE
 from seqvae.text.corpus import run_seed
 
@@ -52,6 +53,7 @@ class WindowStopRule:
         return False
 
 
+@strategy
 class AggressiveTraining:
     """Turns on aggressive encoder training (He et al. 2019).
 

@@ -17,8 +17,7 @@ import numpy as np
 import torch
 
 from seqvae.core.chunking import iw_budget
-from seqvae.core.losses import gaussian_kl
-from seqvae.core.metrics import iw_log_weights, iw_nll_from_weights, iw_nll_standard_error, sample_posterior
+from seqvae.core.metrics import iw_nll_from_weights, iw_nll_standard_error, posterior_iw_log_weights
 
 
 def iw_chunk(tokens: torch.Tensor, vocab_size: int, budget: int | None) -> int:
@@ -85,15 +84,15 @@ def evaluate_batch(model, batch: dict, metrics, n_iw: int) -> None:
         iw, iw_se = (nll, torch.zeros_like(nll)) if n_iw else (None, None)
         metrics.update(nll, torch.zeros_like(nll), n_predicted, iw_nll=iw, index=index, iw_se=iw_se)
         return
-    mu, logvar, h = model.encoder(tokens, lengths)
+    q, h = model.encoder.encode(tokens, lengths)
     noise = model._noise
-    noise.skip_preceding(mu.dtype, n_iw)
-    rec = -model.decoder.log_likelihood(tokens, lengths, sample_posterior(mu, logvar, 1, noise.rec))[:, 0]
-    kl = gaussian_kl(mu, logvar).sum(-1)
+    noise.skip_preceding(q.mean.dtype, n_iw)
+    rec = -model.decoder.log_likelihood(tokens, lengths, q.sample(1, noise.rec))[:, 0]
+    kl = q.kl()
     iw = iw_se = None
     if n_iw:
         ll = lambda z: model.decoder.log_likelihood(tokens, lengths, z)  # noqa: E731
-        log_w = iw_log_weights(ll, mu, logvar, n_iw, model.iw_chunk(tokens), noise.iw)  # (B, K)
+        log_w = posterior_iw_log_weights(ll, q, n_iw, model.iw_chunk(tokens), noise.iw)  # (B, K)
         iw = iw_nll_from_weights(log_w)
         iw_se = iw_nll_standard_error(log_w)  # its Monte-Carlo noise, per text
-    metrics.update(rec, kl, n_predicted, mu, logvar, h, iw, mi_generator=noise.mi, index=index, iw_se=iw_se)
+    metrics.update(rec, kl, n_predicted, features=h, iw_nll=iw, mi_generator=noise.mi, index=index, iw_se=iw_se, posterior=q)

@@ -1,8 +1,8 @@
 """What every encoder shares: the features pooled over time from its outputs (Long et al.;
-padding-aware) and the Gaussian posterior layer on them, with BN-VAE's norm on the means.
+padding-aware) and the posterior layer on them (`posteriors.py`'s family), with BN-VAE's norm on the means.
 
 Shapes: outputs h (B, T, H); mask (B, T) true on real steps; lengths (B,); features (B, H);
-mu, logvar (B, Z).
+the posteriors' means (B, Z).
 """
 
 from __future__ import annotations
@@ -64,23 +64,37 @@ def bn_vae_norm(latent_dim: int, bn_gamma: float | None, bn_eps: float) -> nn.Ba
     return norm
 
 
-def gaussian_posterior(encoder: nn.Module, h: torch.Tensor):
-    """The posterior layer every encoder shares: features h (B, H) -> mu, logvar (B, Z), h, with
-    BN-VAE's norm on mu when `encoder.mean_norm` is set (`encoder.to_posterior`: H -> 2Z)."""
+def posterior_of(encoder: nn.Module, h: torch.Tensor):
+    """The posterior layer every encoder shares: features h (B, H) -> the batch's posteriors
+    (`encoder.posterior`'s family, from its layer `encoder.to_posterior`) and h, with BN-VAE's
+    norm on their means when `encoder.mean_norm` is set."""
     norm = getattr(encoder, "feature_norm", None)  # IsoBN (`isobn.py`): what the posterior layer and the metrics see
     if norm is not None:
         h = norm(h)
-    # fp32 from here on under bf16 autocast: the densities (KL, log q(z|x), IW weights) of
-    # z ~ N(mu, σ²) need more than bf16's 3 significant digits. No-ops in fp32.
-    mu, logvar = encoder.to_posterior(h).float().chunk(2, dim=-1)
+    # fp32 from here on under bf16 autocast: the densities (KL, log q(z|x), IW weights) need
+    # more than bf16's 3 significant digits. No-ops in fp32.
+    q = encoder.posterior.distribution(encoder.to_posterior, h)
     h = h.float()
-    if encoder.mean_norm is not None:
-        bn = encoder.mean_norm
-        if encoder.training and mu.size(0) == 1:
-            # Equal-length bucketing makes some training batches a single sentence, whose
-            # batch variance does not exist (BatchNorm raises). Such a batch is normalised
-            # with the running statistics, which it leaves unchanged, as at evaluation.
-            mu = F.batch_norm(mu, bn.running_mean, bn.running_var, bn.weight, bn.bias, False, 0.0, bn.eps)
-        else:
-            mu = bn(mu)
-    return mu, logvar, h
+    if encoder.mean_norm is None:
+        return q, h
+    mu, bn = q.mean, encoder.mean_norm
+    if encoder.training and mu.size(0) == 1:
+        # Equal-length bucketing makes some training batches a single sentence, whose
+        # batch variance does not exist (BatchNorm raises). Such a batch is normalised
+        # with the running statistics, which it leaves unchanged, as at evaluation.
+        mu = F.batch_norm(mu, bn.running_mean, bn.running_var, bn.weight, bn.bias, False, 0.0, bn.eps)
+    else:
+        mu = bn(mu)
+    return q.with_mean(mu), h
+
+
+class PosteriorEncoder(nn.Module):
+    """What every encoder network shares: `encode` gives the batch's posteriors (the strategy
+    `self.posterior`) and features; calling it gives the posterior's parameters (mu first) and h."""
+
+    def encode(self, tokens: torch.Tensor, lengths: torch.Tensor):
+        return posterior_of(self, self.features(tokens, lengths))
+
+    def forward(self, tokens: torch.Tensor, lengths: torch.Tensor):
+        q, h = self.encode(tokens, lengths)
+        return (*q.params(), h)

@@ -22,9 +22,11 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from seqvae.core.strategies import strategy
 from seqvae.options import NON_NEGATIVE, POSITIVE, Range, check_strategy
 
 
+@strategy
 class IsoBN:
     """Settings of IsoBN: strength `beta`, `momentum` of the moving statistics, `eps`."""
 

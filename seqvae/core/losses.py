@@ -5,17 +5,23 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from seqvae.core.gaussian import DiagonalGaussian
+from seqvae.core.strategies import declares_subclasses
 from seqvae.options import NON_NEGATIVE
 
 
 def gaussian_kl(mu: torch.Tensor, logvar: torch.Tensor) -> torch.Tensor:
     """KL(N(mu, σ²) ‖ N(0, I)) per dimension, closed form: (B, Z)."""
-    return 0.5 * (mu.pow(2) + logvar.exp() - logvar - 1.0)
+    return DiagonalGaussian(mu, logvar).kl_terms()
 
 
+@declares_subclasses
 class KLPenalty:
     """Interface: the KL term that enters the training loss, per sentence (B,), from the
-    per-dimension KL (B, Z). Reported KL and model selection always use the true KL."""
+    per-dimension KL (B, Z). Reported KL and model selection always use the true KL.
+    `per_dimension`: it needs the KL per latent dimension (refused with a posterior without it)."""
+
+    per_dimension = True
 
     def __call__(self, kl: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
@@ -23,6 +29,8 @@ class KLPenalty:
 
 class StandardKL(KLPenalty):
     """The true KL, summed over dimensions."""
+
+    per_dimension = False  # any split of the KL sums to it
 
     def __call__(self, kl: torch.Tensor) -> torch.Tensor:
         return kl.sum(-1)
@@ -69,6 +77,7 @@ def mean_pairwise_cosine(h: torch.Tensor) -> torch.Tensor:
     return (total - (u.pow(2).sum(-1)).sum()) / (n * (n - 1))
 
 
+@declares_subclasses
 class Regularizer:
     """Interface: an extra training-loss term from the encoder features h (B, H)."""
 

@@ -14,41 +14,33 @@ from collections.abc import Callable
 import torch
 from torchmetrics import Metric
 
-LOG_2PI = math.log(2 * math.pi)
+# re-exported: their home before gaussian.py
+from seqvae.core.gaussian import LOG_2PI, DiagonalGaussian, log_normal, log_standard_normal, sample_posterior  # noqa: F401
+
 MI_DATASET_SAMPLES = 10
-
-
-def log_normal(z: torch.Tensor, mu: torch.Tensor, logvar: torch.Tensor) -> torch.Tensor:
-    """log N(z; mu, diag σ²) with its constant. z (B, K, Z), mu/logvar (B, Z) -> (B, K)."""
-    mu, logvar = mu.unsqueeze(1), logvar.unsqueeze(1)
-    return -0.5 * (((z - mu) ** 2) / logvar.exp() + logvar + LOG_2PI).sum(-1)
-
-
-def log_standard_normal(z: torch.Tensor) -> torch.Tensor:
-    return -0.5 * (z**2 + LOG_2PI).sum(-1)
-
-
-def sample_posterior(mu: torch.Tensor, logvar: torch.Tensor, k: int, generator=None) -> torch.Tensor:
-    """z = mu + σ·ε: (B, K, Z)."""
-    eps = torch.randn((mu.size(0), k, mu.size(1)), generator=generator, device=mu.device, dtype=mu.dtype)
-    return mu.unsqueeze(1) + (0.5 * logvar).exp().unsqueeze(1) * eps
 
 
 LogLikelihood = Callable[[torch.Tensor], torch.Tensor]  # z (B, K, Z) -> log p(x | z) (B, K)
 
 
-def iw_log_weights(
-    log_likelihood: LogLikelihood, mu: torch.Tensor, logvar: torch.Tensor, n_samples: int, chunk: int, generator=None
-) -> torch.Tensor:
-    """log w_k = log p(x|z_k) + log p(z_k) - log q(z_k|x) for K samples, decoded `chunk` samples
-    at a time (the decoder batch is B·chunk sequences): (B, K). All K·B·Z noise values are drawn
-    at once, so the samples (and the estimate) do not depend on `chunk`."""
-    z_all = sample_posterior(mu, logvar, n_samples, generator)  # (B, K, Z)
+def posterior_iw_log_weights(log_likelihood: LogLikelihood, q, n_samples: int, chunk: int, generator=None) -> torch.Tensor:
+    """log w_k = log p(x|z_k) + log p(z_k) - log q(z_k|x) for K samples of the batch's posteriors
+    `q` (`posteriors.py`), decoded `chunk` samples at a time (the decoder batch is B·chunk
+    sequences): (B, K). All K·B·Z noise values are drawn at once, so the samples (and the
+    estimate) do not depend on `chunk`."""
+    z_all = q.sample(n_samples, generator)  # (B, K, Z)
     out = []
     for start in range(0, n_samples, chunk):
         z = z_all[:, start : start + chunk]
-        out.append(log_likelihood(z) + log_standard_normal(z) - log_normal(z, mu, logvar))
+        out.append(log_likelihood(z) + log_standard_normal(z) - q.log_prob(z))
     return torch.cat(out, dim=1)
+
+
+def iw_log_weights(
+    log_likelihood: LogLikelihood, mu: torch.Tensor, logvar: torch.Tensor, n_samples: int, chunk: int, generator=None
+) -> torch.Tensor:
+    """`posterior_iw_log_weights` of the diagonal Gaussians N(mu, diag exp(logvar))."""
+    return posterior_iw_log_weights(log_likelihood, DiagonalGaussian(mu, logvar), n_samples, chunk, generator)
 
 
 def iw_nll(
@@ -156,10 +148,18 @@ def mutual_information(
     (each z comes from its own posterior), so this sd also holds the spread between texts of
     E[log q(z) | x]: in expectation it is at least the noise that another draw of z would show
     (conservative; about equal when that spread is small)."""
-    m, nz = mu.shape
-    neg_entropy = (-0.5 * nz * LOG_2PI - 0.5 * (1 + logvar).sum(-1)).mean()
-    z = sample_posterior(mu, logvar, samples, generator).reshape(m * samples, nz)  # (M·S, Z)
-    log_qz = log_aggregate_posterior(z, mu, logvar, max_elements)
+    return posterior_mutual_information(DiagonalGaussian(mu, logvar), generator, samples, max_elements, return_se)
+
+
+def posterior_mutual_information(
+    q, generator=None, samples: int = 1, max_elements: int = MI_MAX_ELEMENTS, return_se: bool = False
+):
+    """`mutual_information` of the M posteriors `q` of any family (`posteriors.py`): its entropy
+    and its cross-densities log q(z_i|x_j) come from `q`."""
+    m, nz = q.mean.shape
+    neg_entropy = q.neg_entropy().mean()
+    z = q.sample(samples, generator).reshape(m * samples, nz)  # (M·S, Z)
+    log_qz = q.log_mixture(z, log_aggregate_posterior, max_elements)
     mi = neg_entropy - log_qz.mean()
     if return_se:
         return mi, log_qz.std() / math.sqrt(log_qz.numel())
@@ -266,15 +266,15 @@ class EvalMetrics(Metric):
         self.add_state("feature_outer", torch.zeros(feature_dim, feature_dim, **f64), dist_reduce_fx="sum")
         self.add_state("mu_outer", torch.zeros(latent_dim, latent_dim, **f64), dist_reduce_fx="sum")
         if mi_dataset:
-            self.add_state("mus", [], dist_reduce_fx="cat")
-            self.add_state("logvars", [], dist_reduce_fx="cat")
+            self.add_state("q_rows", [], dist_reduce_fx="cat")  # each text's posterior parameters
         if per_text:  # "cat" states: a DDP run gathers every rank's rows
             for name in self.PER_TEXT:
                 self.add_state(f"text_{name}", [], dist_reduce_fx="cat")
 
     def update(
-        self, rec, kl, n_tokens, mu=None, logvar=None, features=None, iw_nll=None, mi_generator=None, index=None, iw_se=None
-    ) -> None:
+        self, rec, kl, n_tokens, mu=None, logvar=None, features=None, iw_nll=None, mi_generator=None, index=None, iw_se=None,
+        posterior=None,
+    ) -> None:  # fmt: skip
         b = rec.numel()
         self.n += b
         self.tokens += n_tokens.sum()
@@ -299,22 +299,23 @@ class EvalMetrics(Metric):
             self.text_iw_nll.append(nan if iw_nll is None else iw_nll.detach().double())
             self.text_iw_se.append(nan if iw_se is None else iw_se.detach().double())
             self.text_tokens.append(n_tokens.detach().long())
-        if mu is None:
+        if posterior is None and mu is None:
             return
-        mu64 = mu.double()
+        q = posterior if posterior is not None else DiagonalGaussian(mu, logvar)
+        q64 = q.double()
+        mu64 = q64.mean
         self.mu_sum += mu64.sum(0)
         self.mu_sq_sum += (mu64**2).sum(0)
-        lv64 = logvar.double()
-        self.kl_dim_sum += (0.5 * (mu64**2 + lv64.exp() - 1 - lv64)).sum(0)  # KL(q || N(0, I)) per dimension
+        self.kl_dim_sum += q64.marginal_kl().sum(0)  # KL(q(z_d|x) || N(0, 1)) per dimension
         h64 = features.double()
         self.unit_sum += torch.nn.functional.normalize(h64, dim=-1).sum(0)
         self.feature_sum += h64.sum(0)
         self.feature_outer += h64.T @ h64
         self.mu_outer += mu64.T @ mu64
-        self.mi += b * mutual_information(mu.double(), logvar.double(), mi_generator)
+        self.mi += b * posterior_mutual_information(q64, mi_generator)
         if self.with_mi_dataset:
-            self.mus.append(mu.detach())
-            self.logvars.append(logvar.detach())
+            self.q_rows.append(q.rows().detach())
+            self._q_like = q  # the family (and what its texts share) that the pool's rows are rebuilt with
 
     def compute(self) -> dict[str, torch.Tensor]:
         n = self.n
@@ -340,13 +341,13 @@ class EvalMetrics(Metric):
                     out[f"{name}_ev{k}"] = _explained_variance(lam, k)
                 out[f"{name}_erank"] = _effective_rank(lam)
             if self.with_mi_dataset:
-                mus, logvars = _cat(self.mus), _cat(self.logvars)
-                gen = torch.Generator(device=mus.device).manual_seed(self.seed)
+                pool = self._q_like.from_rows(_cat(self.q_rows)).double()
+                gen = torch.Generator(device=pool.mean.device).manual_seed(self.seed)
                 # 10 samples per posterior: with one, the estimate's s.d. on 1,000 posteriors that
                 # ignore x (true MI 0, Z 32) is 0.12 nats, with ten 0.04 (scripts/studies.py mi-noise);
                 # the expectation is the same.
-                out["mi_dataset"], out["mi_dataset_se"] = mutual_information(
-                    mus.double(), logvars.double(), gen, samples=MI_DATASET_SAMPLES, return_se=True
+                out["mi_dataset"], out["mi_dataset_se"] = posterior_mutual_information(
+                    pool, gen, samples=MI_DATASET_SAMPLES, return_se=True
                 )
         return {k: v.float() for k, v in out.items()}
 

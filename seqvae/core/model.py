@@ -20,9 +20,10 @@ from seqvae.core.bn_bound import BNBoundCheck
 from seqvae.core.evaluation import EvalNoise, evaluate_batch, iw_chunk
 from seqvae.core.generation import Decoding, Generation, Predictor
 from seqvae.core.isobn import IsoBN
-from seqvae.core.losses import KLPenalty, Regularizer, StandardKL, gaussian_kl
-from seqvae.core.metrics import EvalMetrics, sample_posterior
+from seqvae.core.losses import KLPenalty, Regularizer, StandardKL
+from seqvae.core.metrics import EvalMetrics
 from seqvae.core.networks import Init, LSTMDecoder, Pooling, encoder_optimizer, make_encoder, pretrained_encoder
+from seqvae.core.posteriors import Posterior
 from seqvae.core.schedules import KLSchedule, LinearKLWarmup
 from seqvae.core.transformer import TransformerEncoder
 from seqvae.errors import ConfigError
@@ -91,7 +92,7 @@ def record_loss(module, loss: torch.Tensor, n: int, batch_idx: int) -> bool:
 
 
 class SeqVAE(pl.LightningModule):
-    """LSTM encoder → Gaussian q(z|x) → LSTM decoder p(x|z), trained on rec + w·KL.
+    """LSTM encoder → q(z|x) (Gaussian by default) → LSTM decoder p(x|z), trained on rec + w·KL.
 
     Args:
         vocab_size: Vocabulary size (linked from `data.vocab_size` by the CLI).
@@ -102,6 +103,7 @@ class SeqVAE(pl.LightningModule):
         pooling: Encoder feature: "last" state (reference), "avg"/"max"/"abs" over time, "cls" (Transformer).
         encoder: Not the LSTM: a strategy with `build` (`TransformerEncoder`); same pooling and posterior.
         feature_norm: A norm on the encoder's features before the posterior layer (`IsoBN`); None: off.
+        posterior: The family of q(z|x) and its layer (`posteriors.py`); None: `GaussianPosterior` (diagonal).
         dropout_in: Dropout on decoder input embeddings.
         dropout_out: Dropout on decoder LSTM outputs.
         word_dropout: Probability of replacing each decoder input word after `<s>` by unk (Bowman).
@@ -143,7 +145,7 @@ class SeqVAE(pl.LightningModule):
         aggressive: AggressiveTraining | None = None, bn_gamma: float | None = None, bn_eps: float = 1e-5,
         init: Init = "reference", fused_output: bool = True, encoder_hidden_dim: int | None = None,
         generation: Generation = Generation(),  # noqa: B008 (frozen: immutable default)
-        encoder: TransformerEncoder | None = None, feature_norm: IsoBN | None = None,
+        encoder: TransformerEncoder | None = None, feature_norm: IsoBN | None = None, posterior: Posterior | None = None,
     ):  # fmt: skip
         super().__init__()
         self.save_hyperparameters(ignore=["generation"])
@@ -160,7 +162,7 @@ class SeqVAE(pl.LightningModule):
         strategies.update({f"regularizers[{i}]": r for i, r in enumerate(self.regularizers)})
         for option, strategy in strategies.items():
             check_strategy(f"model.{option}", strategy)
-        self.encoder, feature_dim = make_encoder(encoder, feature_norm, self.hparams)
+        self.encoder, feature_dim = make_encoder(encoder, feature_norm, self.hparams, posterior, self.kl_penalty)
         dropout = (dropout_in, dropout_out)
         self.decoder = LSTMDecoder(vocab_size, embed_dim, hidden_dim, latent_dim, *dropout, skip, init, fused_output)
         self.val_metrics = EvalMetrics(latent_dim, feature_dim, mi_dataset, seed=eval_seed)
@@ -196,10 +198,9 @@ class SeqVAE(pl.LightningModule):
         if self.encoder is None:  # language model
             rec = -self.decoder.log_likelihood(tokens, lengths, None, inputs, summed=True)[:, 0].mean()
             return {"loss": rec, "rec": rec.detach()}
-        mu, logvar, h = self.encoder(tokens, lengths)
-        z = sample_posterior(mu, logvar, 1)  # (B, 1, Z)
-        rec = -self.decoder.log_likelihood(tokens, lengths, z, inputs, summed=True)[:, 0]  # (B,), meaned below
-        kl_dims = gaussian_kl(mu, logvar)  # (B, Z)
+        q, h = self.encoder.encode(tokens, lengths)
+        rec = -self.decoder.log_likelihood(tokens, lengths, q.sample(1), inputs, summed=True)[:, 0]  # (B,), meaned below; z (B, 1, Z)
+        kl_dims = q.kl_terms()  # (B, Z), or (B, 1) for a posterior whose KL does not split over dimensions
         loss = (rec + kl_weight * self.kl_penalty(kl_dims)).mean()
         terms = {"rec": rec.mean().detach(), "kl": kl_dims.sum(-1).mean().detach()}
         for reg in self.regularizers:
@@ -359,7 +360,7 @@ class SeqVAE(pl.LightningModule):
         return scoring.features(self, texts, batch_size)
 
     def encode(self, texts: list[str], batch_size: int = 64) -> tuple[torch.Tensor, torch.Tensor]:
-        """Posterior parameters (mu, logvar), each (N, Z), for whitespace-tokenised texts."""
+        """Posterior parameters, mu first: (mu, logvar), each (N, Z), for the default Gaussian (`params()`)."""
         return scoring.encode(self, texts, batch_size)
 
     def elbo(self, texts: list[str], batch_size: int = 64) -> torch.Tensor:

@@ -11,10 +11,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from seqvae.core.features import POOLINGS, Init, Pooling, bn_vae_norm, gaussian_posterior  # noqa: F401  (Pooling: API)
 from seqvae.core import chunking
+from seqvae.core.features import POOLINGS, Init, Pooling, PosteriorEncoder, bn_vae_norm  # noqa: F401  (Pooling: API)
 from seqvae.core.fused_ce import linear_cross_entropy
-from seqvae.core.losses import StandardKL
+from seqvae.core.posteriors import GaussianPosterior, Posterior
 from seqvae.errors import ConfigError
 from seqvae.rundir.checkpoints import load_checkpoint
 from seqvae.text.corpus import Vocabulary
@@ -40,7 +40,7 @@ def init_weights(module: nn.Module, init: Init = "reference") -> None:
             nn.init.uniform_(m.weight, -0.1, 0.1)
 
 
-class LSTMEncoder(nn.Module):
+class LSTMEncoder(PosteriorEncoder):
     def __init__(
         self,
         vocab_size: int,
@@ -51,14 +51,16 @@ class LSTMEncoder(nn.Module):
         bn_gamma: float | None = None,
         bn_eps: float = 1e-5,
         init: Init = "reference",
+        posterior: Posterior | None = None,
     ):
         super().__init__()
+        self.posterior = posterior or GaussianPosterior()
         if pooling not in POOLINGS:
             raise ConfigError(f"model.pooling: {pooling!r} is not an LSTM encoder's feature (choose from {', '.join(POOLINGS)})")
         self.pool = POOLINGS[pooling]
         self.embed = nn.Embedding(vocab_size, embed_dim)
         self.lstm = nn.LSTM(embed_dim, hidden_dim, batch_first=True)
-        self.to_posterior = nn.Linear(hidden_dim, 2 * latent_dim, bias=False)
+        self.to_posterior = self.posterior.layer(hidden_dim, latent_dim)
         init_weights(self, init)
         self.mean_norm = bn_vae_norm(latent_dim, bn_gamma, bn_eps)
         self.feature_dim = hidden_dim
@@ -68,10 +70,6 @@ class LSTMEncoder(nn.Module):
         h, _ = self.lstm(self.embed(tokens))  # (B, T, H)
         return self.pool(h, mask, lengths)  # (B, H)
 
-    def forward(self, tokens: torch.Tensor, lengths: torch.Tensor):
-        """Returns mu, logvar (B, Z) and the pooled features h (B, H). log σ² is not clamped."""
-        return gaussian_posterior(self, self.features(tokens, lengths))
-
 
 def encoder_optimizer(encoder: nn.Module, lr: float) -> torch.optim.Optimizer:
     """He et al.'s SGD at model.lr, unless the encoder chooses its own (`TransformerNet.make_optimizer`)."""
@@ -79,21 +77,21 @@ def encoder_optimizer(encoder: nn.Module, lr: float) -> torch.optim.Optimizer:
     return make(lr) if make is not None else torch.optim.SGD(encoder.parameters(), lr=lr)
 
 
-def make_encoder(encoder, feature_norm, h) -> tuple[nn.Module | None, int]:
+def make_encoder(encoder, feature_norm, h, posterior=None, kl_penalty=None) -> tuple[nn.Module | None, int]:
     """The encoder of SeqVAE's hyper-parameters `h` and its feature size: `encoder.build(...)`
     when a strategy is chosen (`model.encoder`, e.g. the Transformer), else the LSTM of
     `embed_dim` and `encoder_hidden_dim or hidden_dim`; None for the language model (latent 0).
-    `feature_norm` (IsoBN), when set, becomes the encoder's `feature_norm` (`gaussian_posterior`)."""
+    `feature_norm` (IsoBN), when set, becomes the encoder's `feature_norm` (`posterior_of`); `posterior`
+    (default `GaussianPosterior`) its posterior, refused with a `kl_penalty` it cannot serve."""
     if encoder is not None and h.encoder_hidden_dim is not None:
         raise ConfigError("model.encoder_hidden_dim: sets the LSTM encoder's size; with model.encoder, set its init_args")
     if not h.latent_dim:
-        needs_z = language_model_conflicts(h, encoder, feature_norm)
-        if needs_z:
-            # Refused, not dropped: a run that kept e.g. `bn_gamma: 0.6` in its config.yaml while training the
-            # plain LM would be listed by compare as a BN-VAE row with the LM's numbers.
-            raise ConfigError(f"{', '.join(needs_z)}: need(s) a latent z, and model.latent_dim 0 is the language model (no z)")
+        if feature_norm is not None:
+            raise ConfigError("model.feature_norm: the language model (latent_dim 0) has no encoder features to normalise")
         return None, h.encoder_hidden_dim or h.hidden_dim
-    args = (h.latent_dim, h.pooling, h.bn_gamma, h.bn_eps, h.init)
+    posterior = posterior or GaussianPosterior()
+    posterior.check_penalty(kl_penalty)
+    args = (h.latent_dim, h.pooling, h.bn_gamma, h.bn_eps, h.init, posterior)
     if encoder is not None:
         net = encoder.build(h.vocab_size, *args)
     else:
@@ -101,22 +99,6 @@ def make_encoder(encoder, feature_norm, h) -> tuple[nn.Module | None, int]:
     if feature_norm is not None:
         net.feature_norm = feature_norm.build(net.feature_dim)
     return net, net.feature_dim
-
-
-def language_model_conflicts(h, encoder, feature_norm) -> list[str]:
-    """The options set in SeqVAE's hyper-parameters `h` that act on z or the encoder, which the language
-    model (latent_dim 0) does not have. Word dropout acts on the decoder's inputs and stays allowed."""
-    set_options = {
-        "model.bn_gamma": h.bn_gamma is not None,
-        "model.kl_penalty": h.kl_penalty is not None and type(h.kl_penalty) is not StandardKL,
-        "model.skip": bool(h.skip),
-        "model.regularizers": bool(h.regularizers),
-        "model.init_encoder_from": h.init_encoder_from is not None,
-        "model.aggressive": h.aggressive is not None,
-        "model.encoder": encoder is not None,
-        "model.feature_norm": feature_norm is not None,
-    }
-    return [name for name, is_set in set_options.items() if is_set]
 
 
 def pretrained_encoder(path: str, encoder: torch.nn.Module, vocab: Vocabulary | None = None, mmap: bool = False) -> dict:

@@ -11,9 +11,7 @@ import contextlib
 
 import torch
 
-from seqvae.core.losses import gaussian_kl
-from seqvae.core.metrics import iw_nll as iw_nll_estimate
-from seqvae.core.metrics import sample_posterior
+from seqvae.core.metrics import iw_nll_from_weights, posterior_iw_log_weights
 from seqvae.text.corpus import collate, label_format
 
 
@@ -67,7 +65,8 @@ def features(model, texts: list[str], batch_size: int = 64) -> torch.Tensor:
 
 
 def encode(model, texts: list[str], batch_size: int = 64) -> tuple[torch.Tensor, torch.Tensor]:
-    outs = per_batch(model, texts, batch_size, lambda b: model.encoder(b["tokens"], b["lengths"])[:2])
+    """The posteriors' parameters (`params()`: mu, logvar for the default Gaussian), mu first."""
+    outs = per_batch(model, texts, batch_size, lambda b: model.encoder.encode(b["tokens"], b["lengths"])[0].params())
     z = model.hparams.latent_dim
     if not outs:
         return torch.empty(0, z), torch.empty(0, z)
@@ -79,9 +78,9 @@ def elbo(model, texts: list[str], batch_size: int = 64) -> torch.Tensor:
         tokens, lengths = b["tokens"], b["lengths"]
         if model.encoder is None:
             return -model.decoder.log_likelihood(tokens, lengths, None)[:, 0]
-        mu, logvar, _ = model.encoder(tokens, lengths)
-        rec = -model.decoder.log_likelihood(tokens, lengths, sample_posterior(mu, logvar, 1))[:, 0]
-        return rec + gaussian_kl(mu, logvar).sum(-1)
+        q, _ = model.encoder.encode(tokens, lengths)
+        rec = -model.decoder.log_likelihood(tokens, lengths, q.sample(1))[:, 0]
+        return rec + q.kl()
 
     outs = per_batch(model, texts, batch_size, fn)
     return torch.cat(outs) if outs else torch.empty(0)
@@ -92,9 +91,9 @@ def iw_nll(model, texts: list[str], n_samples: int = 500, batch_size: int = 16) 
         tokens, lengths = b["tokens"], b["lengths"]
         if model.encoder is None:
             return -model.decoder.log_likelihood(tokens, lengths, None)[:, 0]
-        mu, logvar, _ = model.encoder(tokens, lengths)
+        q, _ = model.encoder.encode(tokens, lengths)
         ll = lambda z: model.decoder.log_likelihood(tokens, lengths, z)  # noqa: E731
-        return iw_nll_estimate(ll, mu, logvar, n_samples, model.iw_chunk(tokens))
+        return iw_nll_from_weights(posterior_iw_log_weights(ll, q, n_samples, model.iw_chunk(tokens)))
 
     outs = per_batch(model, texts, batch_size, fn)
     return torch.cat(outs) if outs else torch.empty(0)

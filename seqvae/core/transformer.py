@@ -1,6 +1,6 @@
 """A Transformer encoder for the sequence VAE (issue 38): token + learned position embeddings,
 pre-norm self-attention layers with padding masks, then the same features as the LSTM encoder
-(`model.pooling`) and the same Gaussian posterior layer (BN-VAE included, `gaussian_posterior`).
+(`model.pooling`) and the same posterior layer (BN-VAE included, `features.posterior_of`).
 
 Chosen in YAML as a strategy, like the KL schedule (`configs/transformer/encoder.yaml`):
 
@@ -26,13 +26,16 @@ from typing import Literal
 import torch
 from torch import nn
 
-from seqvae.core.features import POOLINGS, Init, bn_vae_norm, gaussian_posterior
+from seqvae.core.features import POOLINGS, Init, PosteriorEncoder, bn_vae_norm
+from seqvae.core.posteriors import GaussianPosterior, Posterior
+from seqvae.core.strategies import strategy
 from seqvae.errors import ConfigError
 from seqvae.options import AT_LEAST_ONE, Range, check_strategy
 
 FEATURES = {"cls": lambda h, mask, lengths: h[:, 0], **POOLINGS}
 
 
+@strategy
 class TransformerEncoder:
     """Settings of a Transformer encoder: width `d_model`, `layers` pre-norm layers of `heads`
     heads, feed-forward width `ff_dim` (None: 4·d_model), `dropout` inside the layers, and
@@ -63,9 +66,10 @@ class TransformerEncoder:
         return torch.optim.Adam(params, lr=lr) if self.optimizer == "adam" else torch.optim.SGD(params, lr=lr)
 
     def build(
-        self, vocab_size: int, latent_dim: int, pooling: str, bn_gamma: float | None, bn_eps: float, init: Init
-    ) -> TransformerNet:
-        return TransformerNet(self, vocab_size, latent_dim, pooling, bn_gamma, bn_eps, init)
+        self, vocab_size: int, latent_dim: int, pooling: str, bn_gamma: float | None, bn_eps: float, init: Init,
+        posterior: Posterior | None = None,
+    ) -> TransformerNet:  # fmt: skip
+        return TransformerNet(self, vocab_size, latent_dim, pooling, bn_gamma, bn_eps, init, posterior)
 
     def __repr__(self) -> str:
         return (f"TransformerEncoder(d_model={self.d_model}, layers={self.layers}, heads={self.heads}, "
@@ -73,12 +77,13 @@ class TransformerEncoder:
                 f"optimizer={self.optimizer!r}, lr={self.lr})")  # fmt: skip
 
 
-class TransformerNet(nn.Module):
+class TransformerNet(PosteriorEncoder):
     def __init__(
         self, s: TransformerEncoder, vocab_size: int, latent_dim: int, pooling: str, bn_gamma: float | None,
-        bn_eps: float, init: Init,
+        bn_eps: float, init: Init, posterior: Posterior | None = None,
     ):  # fmt: skip
         super().__init__()
+        self.posterior = posterior or GaussianPosterior()
         check_strategy("model.encoder", s)
         if s.d_model % s.heads:
             raise ConfigError(f"model.encoder.init_args.heads: {s.heads} does not divide d_model {s.d_model}")
@@ -94,7 +99,7 @@ class TransformerNet(nn.Module):
         )
         # Pre-norm layers leave the residual stream un-normalised: a final LayerNorm, as in GPT-2 / ViT.
         self.layers = nn.TransformerEncoder(layer, s.layers, norm=nn.LayerNorm(s.d_model), enable_nested_tensor=False)
-        self.to_posterior = nn.Linear(s.d_model, 2 * latent_dim, bias=False)
+        self.to_posterior = self.posterior.layer(s.d_model, latent_dim)
         # Why not He et al.'s U(-0.01, 0.01) everywhere (`init_weights`): it would set LayerNorm's
         # gains to ~0.01 and shrink attention to near-uniform. The layers keep PyTorch's defaults,
         # embeddings N(0, 0.02) (GPT-2's); `init` sets the posterior layer only, as it does the LSTM's.
@@ -118,7 +123,3 @@ class TransformerNet(nn.Module):
         x = self.embed(tokens) + self.position.weight[:T]
         h = self.layers(x, src_key_padding_mask=~mask)  # (B, T, d)
         return self.pool(h, mask, lengths)
-
-    def forward(self, tokens: torch.Tensor, lengths: torch.Tensor):
-        """mu, logvar (B, Z) and the pooled features h (B, d), as `LSTMEncoder.forward`."""
-        return gaussian_posterior(self, self.features(tokens, lengths))

@@ -11,19 +11,25 @@ from pathlib import Path
 
 import torch
 
-from seqvae.core.aggressive import AggressiveTraining
-from seqvae.core.isobn import IsoBN
-from seqvae.core.losses import BatchFreeBits, CosineDispersion, FreeBits, StandardKL
-from seqvae.core.schedules import ConstantKL, CyclicalKL, LinearKLWarmup
-from seqvae.core.transformer import TransformerEncoder
+# The modules whose strategy classes a checkpoint's hyper-parameters may carry: importing them
+# declares their classes (`core.strategies.strategy`), which `allow_strategies` hands to torch.
+from seqvae.core import aggressive, isobn, losses, posteriors, schedules, transformer  # noqa: F401
+from seqvae.core.strategies import STRATEGIES
 from seqvae.errors import CorpusError
 from seqvae.text.corpus import Vocabulary
 
-SAFE_CLASSES = [AggressiveTraining, ConstantKL, CyclicalKL, LinearKLWarmup, StandardKL, FreeBits, BatchFreeBits, CosineDispersion,
-                TransformerEncoder, IsoBN]  # fmt: skip
-torch.serialization.add_safe_globals(
-    [*SAFE_CLASSES, *((c, f"seqvae.{c.__module__.rsplit('.', 1)[1]}.{c.__qualname__}") for c in SAFE_CLASSES)]
-)
+_ALLOWED: set[type] = set()
+
+
+def allow_strategies() -> None:
+    """Every declared strategy class may be unpickled, under its module path and the flat path
+    that checkpoints written before the subpackages pickled it with (`seqvae.schedules.X`)."""
+    new = [c for c in STRATEGIES.values() if c not in _ALLOWED]
+    torch.serialization.add_safe_globals([*new, *((c, f"seqvae.{c.__module__.rsplit('.', 1)[1]}.{c.__qualname__}") for c in new)])
+    _ALLOWED.update(new)
+
+
+allow_strategies()
 
 
 def load_vocabulary(path: str | Path) -> Vocabulary:
@@ -49,6 +55,7 @@ def load_checkpoint(path: str | Path, option: str, map_location="cpu", **kwargs)
     the option, instead of running the code it pickled."""
     import pickle
 
+    allow_strategies()  # also those declared since this module was imported (a user's own classes)
     try:
         return torch.load(path, map_location=map_location, weights_only=True, **kwargs)
     except FileNotFoundError:
