@@ -27,6 +27,9 @@ def fixture(name: str) -> tuple[dict, dict]:
     return fx, case
 
 
+LOSS_FLOOR = 1e-2  # nats: below it a loss term is compared absolutely (see assert_calls)
+
+
 def relative(a: float, b: float) -> float:
     return abs(a - b) / max(abs(a), 1e-30)
 
@@ -36,8 +39,12 @@ def assert_calls(theirs: list[dict], ours: list[dict], tol: dict) -> None:
     for i, (r, o) in enumerate(zip(theirs, ours)):
         assert o["batch"] == r["batch"], f"call {i}: batch {o['batch']}, the reference's {r['batch']}"
         for key in ("loss", "rec", "kl"):
-            if key in r and abs(r[key]) > 1e-3:
-                assert relative(r[key], o[key]) <= tol["loss_rel"], f"call {i}: {key} {o[key]} vs the reference's {r[key]}"
+            # A KL near 0 is a sum of differences of O(1) fp32 terms, so its relative error grows as it shrinks:
+            # below LOSS_FLOOR nats the tolerance is loss_rel of LOSS_FLOOR (absolute, 1e-7 nats). A KL of
+            # 0.00107 differed by 1.1e-8 nats (relative 1.05e-5) on an AMD EPYC, at the commit CI had passed.
+            if key in r:
+                allowed = tol["loss_rel"] * max(abs(r[key]), LOSS_FLOOR)
+                assert abs(r[key] - o[key]) <= allowed, f"call {i}: {key} {o[key]} vs the reference's {r[key]}"
         assert relative(r["grad_norm"], o["grad_norm"]) <= tol["grad_norm_rel"], f"call {i}: gradient norm"
         if "kl_weight" in r:
             assert abs(r["kl_weight"] - o["kl_weight"]) <= tol["kl_weight_abs"], f"call {i}: KL weight"
