@@ -23,7 +23,7 @@ from seqvae.core.metrics import posterior_mutual_information
 from seqvae.core.model import SeqVAE
 from seqvae.core.posteriors import FullCovGaussian, FullCovGaussianPosterior, GaussianPosterior
 from seqvae.errors import ConfigError
-from seqvae.losses import BatchFreeBits, FreeBits, StandardKL
+from seqvae.core.losses import BatchFreeBits, FreeBits, StandardKL
 from seqvae.core.strategies import STRATEGIES
 
 F64 = torch.float64
