@@ -10,7 +10,7 @@ get no gradients (they are not stepped, so computing them is wasted work; the de
 passes gradients through to z), and gradient clipping is applied to the gradients of the
 module being stepped. The reference clips the joint norm of encoder AND unused decoder
 gradients, so its encoder step size depends on gradients it throws away. With decoder gradient
-norms 30-90x the encoder's (docs/results.md), that clip shrinks the reference's encoder steps
+norms 30-90x the encoder's (docs/metrics.md, aggressive training), that clip shrinks the reference's encoder steps
 (by ~0.4x at clip 5), so the default takes larger encoder steps than He et al. did;
 `clip="joint"` reproduces the reference's steps exactly, at the cost of the decoder gradients.
 """

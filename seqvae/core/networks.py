@@ -29,7 +29,7 @@ def init_weights(module: nn.Module, init: Init = "reference") -> None:
     and the posterior layer are both ~0.01, so the gradient of each is scaled by the other; on a
     toy task that needs 2 bits of z (`test_encoder_init_decides_whether_an_autoencoder_encodes`)
     SGD never leaves it. On yahoo10k (128 units) a max-pooled autoencoder encodes with "pytorch"
-    and not with "reference" (docs/results.md, the weight-initialisation section)."""
+    and not with "reference" (docs/notes/results_lab_2026-12.md, "the weight initialisation")."""
     if init not in ("reference", "pytorch"):
         raise ValueError(f"init must be 'reference' or 'pytorch', got {init!r}")
     if init == "reference":
