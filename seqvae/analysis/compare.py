@@ -37,7 +37,7 @@ import json
 import sys
 from pathlib import Path
 
-from seqvae.analysis.cells import (  # noqa: F401  (re-exported: compare's API)
+from seqvae.analysis.table_cells import (  # noqa: F401  (re-exported: compare's API)
     BY_TEXT_NOTE,
     DEGENERATE_NOTE,
     SEEDS_NOTE,
@@ -83,8 +83,8 @@ from seqvae.analysis.runs import (  # noqa: F401  (re-exported: compare's API)
     test_texts,
     test_texts_notes,
     texts_digests,
-    write_curves,
 )
+from seqvae.rundir.curves import write_curves  # noqa: F401  (re-exported: compare's API)
 
 
 def by_config(runs: list[dict]) -> list[dict]:

@@ -22,7 +22,7 @@ from typing import Literal
 
 import torch
 
-from seqvae.core.strategies import strategy
+from seqvae.store.strategies import strategy
 from seqvae.options import AT_LEAST_ONE
 from seqvae.text.corpus import run_seed
 

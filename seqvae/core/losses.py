@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 
 from seqvae.core.gaussian import DiagonalGaussian
-from seqvae.core.strategies import declares_subclasses
+from seqvae.store.strategies import declares_subclasses
 from seqvae.options import NON_NEGATIVE
 
 

@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from seqvae.core.gaussian import LOG_2PI, DiagonalGaussian
-from seqvae.core.strategies import declares_subclasses
+from seqvae.store.strategies import declares_subclasses
 from seqvae.errors import ConfigError
 
 

@@ -10,7 +10,7 @@ import json
 import sys
 from pathlib import Path
 
-from seqvae.rundir.files import CURVES, METRICS, PER_TEXT, PREDICTIONS
+from seqvae.store.files import CURVES, METRICS, PER_TEXT, PREDICTIONS
 from seqvae.rundir.provenance import provenance
 from seqvae.rundir.run_files import (
     drop_empty_event_files,
@@ -69,7 +69,7 @@ def write_fit_curves(trainer) -> None:
     """After `fit`: curves.csv, the validation curves from the event files (`seqvae compare --plots`)."""
     log_dir = trainer.log_dir
     if trainer.is_global_zero and log_dir is not None:
-        from seqvae.analysis.compare import write_curves
+        from seqvae.rundir.curves import write_curves
 
         write_curves(Path(log_dir), Path(log_dir) / CURVES)
 

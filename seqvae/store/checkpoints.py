@@ -1,52 +1,53 @@
-"""The one checkpoint loader: `torch.load(weights_only=True)` and the allow-list of seqvae's
-classes that checkpoints may carry (the strategy objects of the hyper-parameters), under their
-module paths now and under the flat paths that checkpoints written before the subpackages
-pickled them with (`seqvae.schedules.LinearKLWarmup`); and a run's vocabulary, from its
-vocab.json or a checkpoint. Everything that reads a checkpoint comes here.
+"""The one checkpoint loader: `torch.load(weights_only=True)`, which allows, besides tensors and
+plain values, the strategy classes declared in `store.strategies` (the strategy objects of the
+hyper-parameters), under their module paths now and under the flat paths that checkpoints written
+before the subpackages pickled them with (`seqvae.schedules.LinearKLWarmup`). Everything that
+reads a checkpoint comes here.
 """
 
 from __future__ import annotations
 
+import contextlib
+import importlib
+import pickletools
+import zipfile
 from pathlib import Path
 
 import torch
 
-# The modules whose strategy classes a checkpoint's hyper-parameters may carry: importing them
-# declares their classes (`core.strategies.strategy`), which `allow_strategies` hands to torch.
-from seqvae.core import aggressive, isobn, losses, posteriors, schedules, transformer  # noqa: F401
-from seqvae.core.strategies import STRATEGIES
 from seqvae.errors import CorpusError
-from seqvae.text.corpus import Vocabulary
-
-_ALLOWED: set[type] = set()
 
 
-def allow_strategies() -> None:
-    """Every declared strategy class may be unpickled, under its module path and the flat path
-    that checkpoints written before the subpackages pickled it with (`seqvae.schedules.X`)."""
-    new = [c for c in STRATEGIES.values() if c not in _ALLOWED]
-    torch.serialization.add_safe_globals([*new, *((c, f"seqvae.{c.__module__.rsplit('.', 1)[1]}.{c.__qualname__}") for c in new)])
-    _ALLOWED.update(new)
+def seqvae_modules_named_in(path: str | Path) -> set[str]:
+    """The seqvae modules whose classes the checkpoint at `path` pickled (its GLOBAL opcodes),
+    read without unpickling; empty for a file torch.save did not write (torch.load then names
+    what is wrong with it)."""
+    if not isinstance(path, (str, Path)):
+        return set()  # a file object: read once, by torch.load
+    try:
+        with zipfile.ZipFile(path) as archive:
+            data = archive.read(next(n for n in archive.namelist() if n.endswith("data.pkl")))
+        modules, strings = set(), []
+        for opcode, arg, _ in pickletools.genops(data):
+            if opcode.name == "GLOBAL":
+                modules.add(arg.split(" ")[0])
+            elif opcode.name == "STACK_GLOBAL" and len(strings) >= 2:
+                modules.add(strings[-2])
+            if isinstance(arg, str):
+                strings.append(arg)
+    except Exception:  # noqa: BLE001  (any unreadable file: torch.load's own error is the one reported)
+        return set()
+    return {m for m in modules if m.startswith("seqvae.") and "__main__" not in m}
 
 
-allow_strategies()
-
-
-def load_vocabulary(path: str | Path) -> Vocabulary:
-    """The vocabulary of a run: its `vocab.json`, or the one saved inside a checkpoint."""
-    path = Path(path)
-    if not path.is_file():
-        why = f"{path} is a directory, not a file" if path.is_dir() else f"no such file {path}"
-        raise CorpusError(f"data.vocab: {why}")
-    if path.suffix == ".json":
-        try:
-            return Vocabulary.load(path)
-        except (ValueError, KeyError) as err:
-            raise CorpusError(f"data.vocab: {path}: not a seqvae vocab.json ({err})") from None
-    checkpoint = load_checkpoint(path, "data.vocab")
-    if "vocab" not in checkpoint:
-        raise CorpusError(f"data.vocab: {path}: the checkpoint holds no vocabulary (written before seqvae saved one)")
-    return Vocabulary.from_str(checkpoint["vocab"])
+def declare_classes_of(path: str | Path) -> None:
+    """Imports the seqvae modules a checkpoint names, so that their strategy classes declare
+    themselves (and are allowed) before it is read, whichever modules the caller has imported
+    (a caller that imported only this loader included). Only seqvae's own modules are imported,
+    and a class is allowed only if its module declares it."""
+    for module in sorted(seqvae_modules_named_in(path)):
+        with contextlib.suppress(ImportError):  # not a module (a nested class), or gone: torch.load refuses it
+            importlib.import_module(module)
 
 
 def load_checkpoint(path: str | Path, option: str, map_location="cpu", **kwargs) -> dict:
@@ -55,7 +56,7 @@ def load_checkpoint(path: str | Path, option: str, map_location="cpu", **kwargs)
     the option, instead of running the code it pickled."""
     import pickle
 
-    allow_strategies()  # also those declared since this module was imported (a user's own classes)
+    declare_classes_of(path)
     try:
         return torch.load(path, map_location=map_location, weights_only=True, **kwargs)
     except FileNotFoundError:
