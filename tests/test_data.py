@@ -121,7 +121,8 @@ def test_empty_file_raises_naming_file(tmp_path, data):
 
 
 def test_missing_file_raises_naming_file(tmp_path):
-    from seqvae.rundir.checkpoints import load_checkpoint, load_vocabulary
+    from seqvae.store.checkpoints import load_checkpoint
+    from seqvae.text.corpus import load_vocabulary
 
     with pytest.raises(CorpusError, match="nowhere.txt: no such file$"):
         read_corpus(tmp_path / "nowhere.txt")

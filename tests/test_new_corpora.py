@@ -266,7 +266,7 @@ def test_predict_in_mode_sample_reads_no_text(tmp_path, capsys):
 
 
 def test_a_bad_checkpoint_is_seqvaes_own_line(tmp_path):
-    from seqvae.rundir.checkpoints import load_checkpoint
+    from seqvae.store.checkpoints import load_checkpoint
 
     bad = tmp_path / "bad.ckpt"
     bad.write_bytes(b"PK\x03\x04 not really a zip")

@@ -24,7 +24,7 @@ from seqvae.core.model import SeqVAE
 from seqvae.core.posteriors import FullCovGaussian, FullCovGaussianPosterior, GaussianPosterior
 from seqvae.errors import ConfigError
 from seqvae.core.losses import BatchFreeBits, FreeBits, StandardKL
-from seqvae.core.strategies import STRATEGIES
+from seqvae.store.strategies import STRATEGIES
 
 F64 = torch.float64
 B, Z = 5, 4
@@ -154,7 +154,7 @@ def test_a_fullcov_model_round_trips_through_a_weights_only_checkpoint(tmp_path)
 
 LOADER_ONLY = """
 import sys
-from seqvae.rundir.checkpoints import load_checkpoint
+from seqvae.store.checkpoints import load_checkpoint
 names = sorted(type(v).__name__ for v in load_checkpoint(sys.argv[1], "test")["strategies"])
 print(",".join(names))
 """
