@@ -158,6 +158,26 @@ def test_no_loop_between_rooms():
     assert cycle(room_graph(graph())) is None
 
 
+def test_no_two_rooms_hold_a_module_of_the_same_name():
+    """`callbacks`, `cells`: one name, one thing (a reader, a traceback or a grep meets the module
+    name without its room)."""
+    rooms_of: dict[str, set[str]] = {}
+    for name, path in modules().items():
+        if path.name != "__init__.py":
+            rooms_of.setdefault(path.stem, set()).add(room(name))
+    assert {stem: sorted(rooms) for stem, rooms in rooms_of.items() if len(rooms) > 1} == {}
+
+
+def test_the_mutation_testing_paths_exist():
+    """pyproject's [tool.mutmut] names files and tests that are there (docs/mutation.md)."""
+    import tomllib
+
+    root = PACKAGE.parent
+    config = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["mutmut"]
+    named = [*config["source_paths"], *config["only_mutate"], *config["pytest_add_cli_args_test_selection"]]
+    assert [p for p in named if not (root / p).exists()] == []
+
+
 TOOLS = ("seqvae.commands", "seqvae.analysis.compare", "seqvae.experiments.sweep", "seqvae.experiments.executors",
          "seqvae.experiments.grid", "seqvae.rundir.export", "seqvae.text.download", "seqvae.text.splits",
          "seqvae.config_sources", "seqvae.store.files")  # fmt: skip

@@ -6,7 +6,8 @@ import random
 
 import pytest
 import torch
-from seqvae.data import (
+
+from seqvae.text.datamodule import (
     BOS_ID,
     EOS_ID,
     PAD_ID,

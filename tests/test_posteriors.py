@@ -18,12 +18,16 @@ from test_scoring import TINY, run
 from torch.distributions import MultivariateNormal, kl_divergence
 
 from seqvae.core.gaussian import DiagonalGaussian
-from seqvae.core.metrics import log_aggregate_posterior, log_standard_normal, posterior_iw_log_weights
-from seqvae.core.metrics import posterior_mutual_information
+from seqvae.core.losses import BatchFreeBits, FreeBits, StandardKL
+from seqvae.core.metrics import (
+    log_aggregate_posterior,
+    log_standard_normal,
+    posterior_iw_log_weights,
+    posterior_mutual_information,
+)
 from seqvae.core.model import SeqVAE
 from seqvae.core.posteriors import FullCovGaussian, FullCovGaussianPosterior, GaussianPosterior
 from seqvae.errors import ConfigError
-from seqvae.core.losses import BatchFreeBits, FreeBits, StandardKL
 from seqvae.store.strategies import STRATEGIES
 
 F64 = torch.float64
