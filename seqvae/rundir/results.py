@@ -10,7 +10,6 @@ import json
 import sys
 from pathlib import Path
 
-from seqvae.store.files import CURVES, METRICS, PER_TEXT, PREDICTIONS
 from seqvae.rundir.provenance import provenance
 from seqvae.rundir.run_files import (
     drop_empty_event_files,
@@ -22,6 +21,7 @@ from seqvae.rundir.run_files import (
     write_new_file,
     write_new_files,
 )
+from seqvae.store.files import CURVES, METRICS, PER_TEXT, PREDICTIONS
 
 
 def write_test_results(trainer, model, datamodule, seed_everything, command_line: list[str], extra: dict) -> None:
