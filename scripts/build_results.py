@@ -22,7 +22,7 @@ A generated block is the output of `seqvae compare ARGS` between two marker line
 its 95% interval (e.g. each method's gap to the LM of the same seed:
 `'docs/results/yahoo10k_short/*/seed*' --label dir --baseline 'docs/results/yahoo10k_short/lm/seed*'`).
 A `<!-- reference_check compare --ref DIR --seqvae DIR -->` block is the table of
-`python scripts/reference_check.py compare ...` (another code's runs against seqvae's, Welch intervals).
+`python -m tools.reference compare ...` (another code's runs against seqvae's, Welch intervals).
 A block of the former `scripts/paired_gap.py` (`<!-- paired_gap ... -->`) is an error naming that
 replacement.
 
@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib.util
 import io
 import os
 import re
@@ -70,11 +69,12 @@ QUOTES = (
 
 
 def reference_check():
-    """scripts/reference_check.py as a module (scripts/ is not a package)."""
-    spec = importlib.util.spec_from_file_location("reference_check", ROOT / "scripts" / "reference_check.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    """The `reference_check` blocks' tool: tools/reference/check.py (the repository's tools package)."""
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    from tools.reference import check
+
+    return check
 
 
 def table(args: list[str], where: str, tool: str = "compare") -> str:

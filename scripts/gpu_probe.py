@@ -33,9 +33,8 @@ from pathlib import Path
 import pytorch_lightning as pl
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench import yahoo_batches  # noqa: E402  (scripts/bench.py)
-
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository: benchmarks/
+from benchmarks.bench import yahoo_batches  # noqa: E402
 from seqvae.core import chunking  # noqa: E402
 from seqvae.core.metrics import iw_log_weights, iw_nll_from_weights  # noqa: E402
 from seqvae.core.model import SeqVAE  # noqa: E402

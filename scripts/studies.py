@@ -84,8 +84,9 @@ def precision_main(argv: list[str] | None = None) -> int:
     import warnings
 
     import torch
-    from seqvae.differences import t975
     from test_model import write_corpus
+
+    from seqvae.analysis.differences import t975
 
     torch.set_num_threads(1)
     logging.getLogger("pytorch_lightning").setLevel(logging.ERROR)

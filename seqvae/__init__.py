@@ -74,6 +74,13 @@ OLD_PATHS = {
     "seqvae.scoring": "seqvae.core.scoring",
     "seqvae.splits": "seqvae.text.splits",
     "seqvae.sweep": "seqvae.experiments.sweep",
+    # moved since: to the ground floor (the loader, the file names, the strategy registry), or
+    # renamed so that no two rooms hold a module of the same name
+    "seqvae.analysis.cells": "seqvae.analysis.table_cells",
+    "seqvae.core.strategies": "seqvae.store.strategies",
+    "seqvae.rundir.callbacks": "seqvae.rundir.run_dir_callbacks",
+    "seqvae.rundir.checkpoints": "seqvae.store.checkpoints",
+    "seqvae.rundir.files": "seqvae.store.files",
 }
 
 
@@ -108,11 +115,11 @@ def __getattr__(name: str):
         globals()[name] = value  # once: later lookups do not come back here
         return value
     if name[:1].isupper():
-        # A strategy class declared where it is defined (`core.strategies`): the model's module
+        # A strategy class declared where it is defined (`store.strategies`): the model's module
         # imports every strategy module. (Only class names: `from seqvae import compare` must
         # not import torch before it finds the submodule.)
         importlib.import_module(".core.model", __name__)
-        value = importlib.import_module(".core.strategies", __name__).STRATEGIES.get(name)
+        value = importlib.import_module(".store.strategies", __name__).STRATEGIES.get(name)
         if value is not None:
             globals()[name] = value
             return value

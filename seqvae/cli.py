@@ -27,10 +27,10 @@ from seqvae.core.generation import check_predict_inputs, lines_of_file
 from seqvae.core.model import AGGRESSIVE_DDP, NonFiniteError, SeqVAE, pretrained_encoder
 from seqvae.errors import ConfigError, CorpusError, union_choice_error
 from seqvae.options import check_parsed
-from seqvae.rundir.callbacks import RunCheckpoint, RunDirConfig
-from seqvae.rundir.checkpoints import load_checkpoint
-from seqvae.rundir.files import BEST, CONFIG, LAST, checkpoint_path
 from seqvae.rundir.results import write_fit_curves, write_predictions, write_test_results
+from seqvae.rundir.run_dir_callbacks import RunCheckpoint, RunDirConfig
+from seqvae.store.checkpoints import load_checkpoint
+from seqvae.store.files import BEST, CONFIG, LAST, checkpoint_path
 from seqvae.text.corpus import Vocabulary
 from seqvae.text.datamodule import TextDataModule
 from seqvae.text.hints import data_line, fallback_warnings, unk_rate_hint

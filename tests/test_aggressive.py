@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 import pytorch_lightning as pl
 import torch
-from seqvae.aggressive import WindowStopRule
-from seqvae.losses import gaussian_kl
 from test_model import corpus, datamodule, tiny_model, trainer  # noqa: F401  (fixtures and helpers)
 
 from seqvae import AggressiveTraining, ConstantKL, FreeBits, SeqVAE
+from seqvae.core.aggressive import WindowStopRule
+from seqvae.core.losses import gaussian_kl
 
 
 def run_rule(per_word_losses, window=15, words=10):
@@ -236,9 +236,10 @@ def test_encoder_pretraining_keeps_encoder_and_fresh_decoder(corpus, tmp_path): 
 
 
 def test_encoder_pretraining_refuses_another_width_or_vocabulary_in_one_line(corpus, tmp_path):  # noqa: F811
-    from seqvae.data import ConfigError
-    from seqvae.model import pretrained_encoder
     from test_model import write_corpus
+
+    from seqvae.core.model import pretrained_encoder
+    from seqvae.text.datamodule import ConfigError
 
     root, _ = corpus
     dm = datamodule(root)

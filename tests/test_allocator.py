@@ -3,9 +3,9 @@ import subprocess
 import sys
 
 import pytest
-from seqvae.allocator import reuse_freed_memory
 
-from seqvae import allocator
+from seqvae.training import allocator
+from seqvae.training.allocator import reuse_freed_memory
 
 # What the setting changes, read from glibc's own accounting (mallinfo2): where a 64 MiB block
 # comes from, and whether its memory stays in the process after free. That is deterministic. The
@@ -13,7 +13,7 @@ from seqvae import allocator
 # block that a small allocation fences off from the top of the heap can be a few bytes too small
 # for the next request, and the heap grows instead; whether that happens depends on the address-
 # space layout (a test that counted faults on a second block failed 3 runs in 8). On the real
-# training step the faults go to zero: `scripts/bench.py --allocator` measures that.
+# training step the faults go to zero: `python -m benchmarks.bench --allocator` measures that.
 # It runs in a fresh interpreter, as the `seqvae` command calls the setting first thing, and loads
 # allocator.py by path so that seqvae's imports do not allocate in between.
 PROBE = """
@@ -105,6 +105,6 @@ def test_release_freed_memory_hands_the_kept_heap_back():
 
 
 def test_release_freed_memory_is_harmless_without_the_setting():
-    from seqvae.allocator import release_freed_memory
+    from seqvae.training.allocator import release_freed_memory
 
     assert release_freed_memory() in (True, False)  # callable any time, any C library

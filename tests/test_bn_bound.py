@@ -9,11 +9,12 @@ import json
 import pytest
 import pytorch_lightning as pl
 import torch
-from seqvae.bn_bound import THRESHOLD
 from test_compare import make_run, md_rows, metrics, run_compare
 from test_model import corpus, datamodule, tiny_model, trainer, write_corpus  # noqa: F401  (fixtures and helpers)
 
-from seqvae import SeqVAE, compare
+from seqvae import SeqVAE
+from seqvae.analysis import compare
+from seqvae.core.bn_bound import THRESHOLD
 
 FLAT = [1, 3]  # the latent dimensions whose raw means the constructed encoder keeps nearly constant
 

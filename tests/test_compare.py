@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from seqvae import commands as cli
-from seqvae import compare
+from seqvae.analysis import compare
 
 BASE = {
     "seed_everything": 1,
@@ -299,7 +299,7 @@ def test_plots_skipped_without_matplotlib(runs, tmp_path, capsys, monkeypatch):
 
 
 def test_curve_legend_beside_the_axes_and_labels_wrapped(runs):
-    from seqvae import plots
+    from seqvae.analysis import plots
 
     groups = compare.group_runs(compare.find_runs([f"{runs}/yahoo/*/seed*"]))
     groups[0]["label"] = "kl_schedule=CyclicalKL, cycles=4, ratio=0.5, pooling=max, regularizers.0=CosineDispersion"
@@ -319,7 +319,7 @@ def test_curve_legend_beside_the_axes_and_labels_wrapped(runs):
 
 def test_final_bar_chart_means_and_intervals(runs):
     """Bar lengths are the rows' means; error bars the 95% t-interval over seeds (none for one run)."""
-    from seqvae import plots
+    from seqvae.analysis import plots
 
     groups = compare.group_runs(compare.find_runs([f"{runs}/yahoo/max/seed*", f"{runs}/yahoo/last/seed*"]))
     assert [g["label"] for g in groups] == ["pooling=max", "pooling=last"]

@@ -5,15 +5,15 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 import statistics
+from pathlib import Path
 
 import pytest
-import shutil
 import yaml
-from pathlib import Path
 from test_compare import T2, diff_runs, make_run, md_rows, metrics, run_compare, set_texts, text_pair, vs_base
 
-from seqvae import compare
+from seqvae.analysis import compare
 
 T1 = 12.706204736  # t(0.975, 1): an interval over 2 seeds
 

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 import torch
-from seqvae.corpus import CorpusError
 from test_model import write_corpus
 
 from seqvae.cli import SeqVAECLI
+from seqvae.text.corpus import CorpusError
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 VARIANTS = sorted(p.stem for p in (CONFIGS / "yahoo10k").glob("*.yaml") if not p.stem.startswith("base"))
@@ -137,7 +137,7 @@ def test_predict_writes_one_reconstruction_per_input_line_in_order(tiny, tmp_pat
     # file order kept: line i of the output is the API's reconstruction of input line i, with the
     # same defaults (greedy, at most the batch's longest input + 20 tokens)
     assert out == model.reconstruct(lines)
-    from seqvae import generation
+    from seqvae.core import generation
 
     lengths = []
     real_decode = generation.decode
@@ -185,7 +185,7 @@ def test_export_and_compare_round_trip(tiny, tmp_path, capsys):
     rows = (exported / "curves.csv").read_text().splitlines()
     assert len(rows) == 3 and "val/kl" in rows[0] and "train/lr" in rows[0]  # header + one row per epoch
     capsys.readouterr()
-    from seqvae.compare import main as compare
+    from seqvae.analysis.compare import main as compare
 
     compare([str(exported), "--format", "json"])
     rows = json.loads(capsys.readouterr().out)["rows"]
@@ -214,9 +214,8 @@ def test_export_and_compare_round_trip(tiny, tmp_path, capsys):
 
 def test_predict_generation_modes(tiny, tmp_path, capsys):
     """`seqvae predict` for each mode and decoding: one text per line, seeded, never overwriting."""
-    from seqvae.model import ConfigError
-
     from seqvae import SeqVAE
+    from seqvae.core.model import ConfigError
 
     common = [f"--config={CONFIGS / 'demo.yaml'}", f"--data.train={tiny / 'train.txt'}", f"--data.val={tiny / 'valid.txt'}",
               f"--data.test={tiny / 'test.txt'}", "--model.embed_dim=8", "--model.hidden_dim=12", "--model.latent_dim=4",
@@ -266,7 +265,8 @@ def test_predict_generation_modes(tiny, tmp_path, capsys):
 
 
 def test_short_grid_cells_build_at_the_short_scale(tiny, tmp_path, monkeypatch):
-    from seqvae import ConstantKL, CyclicalKL, LinearKLWarmup, sweep
+    from seqvae import ConstantKL, CyclicalKL, LinearKLWarmup
+    from seqvae.experiments import sweep
 
     monkeypatch.chdir(CONFIGS.parent)
     cells = sweep.load_grid("configs/sweeps/yahoo10k_short.yaml")
@@ -341,7 +341,8 @@ def test_no_shipped_config_trains_in_reduced_precision():
     and MI of short BN-VAE runs (scripts/studies.py precision; docs/performance.md), so no config
     may switch it on quietly. A user still can, with --trainer.precision bf16-mixed."""
     import yaml
-    from seqvae.runs import flatten
+
+    from seqvae.analysis.runs import flatten
 
     files = sorted(CONFIGS.rglob("*.yaml"))  # run configs and sweep grids (overrides: {trainer.precision: …})
     assert len(files) > 20

@@ -6,7 +6,8 @@ import random
 
 import pytest
 import torch
-from seqvae.data import (
+
+from seqvae.text.datamodule import (
     BOS_ID,
     EOS_ID,
     PAD_ID,
@@ -121,7 +122,8 @@ def test_empty_file_raises_naming_file(tmp_path, data):
 
 
 def test_missing_file_raises_naming_file(tmp_path):
-    from seqvae.rundir.checkpoints import load_checkpoint, load_vocabulary
+    from seqvae.store.checkpoints import load_checkpoint
+    from seqvae.text.corpus import load_vocabulary
 
     with pytest.raises(CorpusError, match="nowhere.txt: no such file$"):
         read_corpus(tmp_path / "nowhere.txt")

@@ -13,8 +13,7 @@ from pathlib import Path
 import pytest
 from loopback import Server, closed_port, only_loopback
 
-from seqvae import download
-from seqvae.text import fetch
+from seqvae.text import download, fetch
 
 YAHOO = {  # what the jxhe/vae-lagging-encoder yahoo tarball holds (plus a vocab we must ignore)
     "yahoo_data/yahoo.train.txt": b"what is the best way to learn ?\nhow do i fix my car\n",

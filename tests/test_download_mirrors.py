@@ -11,8 +11,7 @@ from pathlib import Path
 import pytest
 from loopback import Server, closed_port, only_loopback
 
-from seqvae import download
-from seqvae.text import fetch
+from seqvae.text import download, fetch
 
 SPLIT_TEXT = {"train": b"what is the best way to learn ?\nhow do i fix my car\n", "valid": b"where is paris\n",
               "test": b"why is the sky blue\n"}  # fmt: skip

@@ -10,8 +10,7 @@ import socket
 import pytest
 from loopback import LOOPBACK, Server, closed_port, only_loopback
 
-from seqvae import download
-from seqvae.text import fetch
+from seqvae.text import download, fetch
 
 PTB = download.PTB
 

@@ -47,9 +47,8 @@ def test_feature_space_trains_then_loads(tmp_path, monkeypatch, capsys):
 
 
 def test_features_are_the_pooled_encoder_states(tmp_path):
-    from seqvae.data import TextDataModule
-
     from seqvae import SeqVAE
+    from seqvae.text.datamodule import TextDataModule
 
     write_corpus(tmp_path / "train.txt", 30, 0)
     dm = TextDataModule(str(tmp_path / "train.txt"))

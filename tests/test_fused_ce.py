@@ -8,10 +8,10 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from seqvae.fused_ce import linear_cross_entropy
-from seqvae.model import SeqVAE
 
-from seqvae import fused_ce
+from seqvae.core import fused_ce
+from seqvae.core.fused_ce import linear_cross_entropy
+from seqvae.core.model import SeqVAE
 
 N, H, V, S = 60, 16, 37, 6  # S sequences of N / S tokens
 TOL = dict(rtol=1e-5, atol=1e-6)

@@ -7,7 +7,8 @@ import re
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from seqvae.data import UNK_ID, CorpusError, Vocabulary, read_corpus
+
+from seqvae.text.datamodule import UNK_ID, CorpusError, Vocabulary, read_corpus
 
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 lines = st.lists(st.text(st.characters(codec="utf-8", exclude_characters="\n"), max_size=40), max_size=12)

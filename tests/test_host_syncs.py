@@ -158,7 +158,7 @@ def test_a_non_finite_update_is_not_applied_and_stops_the_run_at_the_next_read(c
     from test_model import NaNAfter, datamodule, tiny_model
     from test_model import trainer as make_trainer
 
-    from seqvae.model import NonFiniteError
+    from seqvae.core.model import NonFiniteError
 
     root, _ = corpus
     dm = datamodule(root)

@@ -6,8 +6,9 @@ import math
 
 import pytest
 import torch
-from seqvae.losses import BatchFreeBits, CosineDispersion, FreeBits, StandardKL, gaussian_kl, mean_pairwise_cosine
 from torch.distributions import Normal, kl_divergence
+
+from seqvae.core.losses import BatchFreeBits, CosineDispersion, FreeBits, StandardKL, gaussian_kl, mean_pairwise_cosine
 
 MU = torch.tensor([[0.0, 1.5, -0.7], [0.3, 0.0, 2.0]], dtype=torch.float64)
 LOGVAR = torch.tensor([[0.0, -1.2, 0.8], [-3.0, 0.5, 0.0]], dtype=torch.float64)

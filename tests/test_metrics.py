@@ -9,9 +9,10 @@ import sys
 
 import pytest
 import torch
-from seqvae.data import BOS_ID, EOS_ID
-from seqvae.losses import gaussian_kl
-from seqvae.metrics import (
+from torch.distributions import Normal
+
+from seqvae.core.losses import gaussian_kl
+from seqvae.core.metrics import (
     MI_DATASET_SAMPLES,
     EvalMetrics,
     active_units,
@@ -23,8 +24,8 @@ from seqvae.metrics import (
     pairwise_cosine_from_sum,
     sample_posterior,
 )
-from seqvae.networks import LSTMDecoder
-from torch.distributions import Normal
+from seqvae.core.networks import LSTMDecoder
+from seqvae.text.datamodule import BOS_ID, EOS_ID
 
 F64 = torch.float64
 
@@ -161,7 +162,8 @@ def test_iw_nll_toy_gaussian_bounds():
 # ---------------------------------------------------------------- IW-NLL standard error
 def test_iw_nll_standard_error_equals_numpy():
     import numpy as np
-    from seqvae.metrics import iw_nll_standard_error
+
+    from seqvae.core.metrics import iw_nll_standard_error
 
     log_w = torch.randn(4, 7, generator=gen(70), dtype=F64) * torch.tensor([[0.1], [1.0], [3.0], [6.0]], dtype=F64)
     w = np.exp(log_w.numpy())
@@ -178,7 +180,7 @@ def test_iw_nll_standard_error_equals_numpy():
 
 
 def test_iw_nll_standard_error_zero_for_equal_weights_nan_for_one():
-    from seqvae.metrics import iw_nll_standard_error
+    from seqvae.core.metrics import iw_nll_standard_error
 
     assert torch.equal(iw_nll_standard_error(torch.full((3, 50), -417.25, dtype=F64)), torch.zeros(3, dtype=F64))
     import warnings
@@ -192,7 +194,7 @@ def test_iw_nll_standard_error_zero_for_equal_weights_nan_for_one():
 def test_iw_nll_standard_error_predicts_the_spread_over_draws():
     """On the toy model, the delta-method s.e. from one draw of K = 100 weights matches the
     standard deviation of the IW-NLL estimate over 400 independent draws."""
-    from seqvae.metrics import iw_nll_standard_error
+    from seqvae.core.metrics import iw_nll_standard_error
 
     toy = ToyGaussian(n=8, seed=3)
     estimates, predicted = [], []
@@ -274,7 +276,7 @@ SHARP_CASES = [
 
 @pytest.mark.parametrize("case", SHARP_CASES)
 def test_log_aggregate_posterior_equals_numpy_at_any_scale(case):
-    from seqvae.metrics import log_aggregate_posterior
+    from seqvae.core.metrics import log_aggregate_posterior
 
     scale, lv, offset = case
     mu, logvar = posterior(60, 4, 26, scale=scale)
@@ -290,7 +292,7 @@ def test_log_aggregate_posterior_recomputes_the_entries_that_lose_precision(monk
     """Both ways of computing a log density agree with numpy on broad posteriors; on sharp ones
     far from the centre the expanded exponent alone is off (so the recomputation is needed and is
     what makes the default exact), and recomputing every entry that counts is exact too."""
-    from seqvae import metrics
+    from seqvae.core import metrics
 
     broad, sharp = [], []
     for case, out in ((SHARP_CASES[0], broad), (SHARP_CASES[3], sharp)):
@@ -317,7 +319,7 @@ def test_log_aggregate_posterior_recomputes_every_entry_that_counts():
     """Sharp posteriors far apart, each with a twin half a standard deviation away: every z has
     two densities of about the same size, both with large rounding bounds; both are recomputed,
     not only the row's maximum."""
-    from seqvae.metrics import log_aggregate_posterior
+    from seqvae.core.metrics import log_aggregate_posterior
 
     mu, logvar = posterior(30, 4, 28, scale=30.0)
     logvar = logvar - 12.0
@@ -331,9 +333,9 @@ def test_log_aggregate_posterior_recomputes_every_entry_that_counts():
 MEMORY_PROBE = """
 import re, sys, torch
 if sys.argv[1] == "on":
-    from seqvae.allocator import reuse_freed_memory
+    from seqvae.training.allocator import reuse_freed_memory
     assert reuse_freed_memory()
-from seqvae.metrics import MI_DATASET_SAMPLES, mutual_information
+from seqvae.core.metrics import MI_DATASET_SAMPLES, mutual_information
 torch.set_num_threads(1)
 g = torch.Generator().manual_seed(0)
 m, z = 3000, 32
@@ -522,7 +524,7 @@ def test_eval_metrics_language_model():
 
 
 def test_mutual_information_more_samples_same_mean_less_noise():
-    from seqvae.metrics import mutual_information
+    from seqvae.core.metrics import mutual_information
 
     g = torch.Generator().manual_seed(0)
     mu = torch.zeros(300, 8, dtype=torch.float64)  # q(z|x) ignores x: true MI is 0
@@ -539,7 +541,7 @@ def test_mutual_information_more_samples_same_mean_less_noise():
 
 # ---------------------------------------------------------------- spectrum: EV_k and effective rank
 def test_explained_variance_and_effective_rank_analytic():
-    from seqvae.metrics import effective_rank, explained_variance
+    from seqvae.core.metrics import effective_rank, explained_variance
 
     cov = torch.diag(torch.tensor([4.0, 1.0, 0.0, 0.0, 0.0], dtype=F64))
     assert float(explained_variance(cov, 1)) == pytest.approx(0.8, abs=1e-12)
@@ -731,7 +733,7 @@ def test_mi_dataset_se_bounds_the_spread_over_draws():
 
 DDP_PROBE = """
 import json, sys, torch, torch.distributed as dist
-from seqvae.metrics import EvalMetrics
+from seqvae.core.metrics import EvalMetrics
 rank, init = int(sys.argv[1]), sys.argv[2]
 dist.init_process_group("gloo", init_method="file://" + init, rank=rank, world_size=2)
 sys.path.insert(0, sys.argv[3])
@@ -772,7 +774,7 @@ def test_per_text_rows_and_se_gathered_over_ddp_ranks(tmp_path):
 def test_per_dimension_variance_and_kl_match_direct_formulas_over_chunks():
     """Var_x(E[z_d]) and mean KL_d from the float64 sums, fed in uneven chunks, equal the direct
     formulas on all rows; AU is the count of var_mu ≥ 0.01; Σ_d KL_d is the KL of Gaussian rows."""
-    from seqvae.metrics import EvalMetrics
+    from seqvae.core.metrics import EvalMetrics
 
     n, z = 37, 5
     mu, logvar = posterior(n, z, 41)

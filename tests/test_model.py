@@ -39,7 +39,7 @@ def tiny_model(vocab_size, **kw):
 
 def batches_of(model, texts, batch_size):
     """The texts' `<s> … </s>` id batches, in input order (what the scoring API feeds the model)."""
-    from seqvae.data import collate
+    from seqvae.text.datamodule import collate
 
     ids = model.vocab.encode([t.split() for t in texts])
     for s in range(0, len(ids), batch_size):
@@ -184,7 +184,7 @@ def test_python_api_after_checkpoint_round_trip(corpus, tmp_path):
 
 
 def test_encoder_hidden_dim_widens_the_encoder_alone(corpus, tmp_path):
-    from seqvae.run_files import run_hparams
+    from seqvae.rundir.run_files import run_hparams
 
     root, val = corpus
     dm = datamodule(root)
@@ -295,7 +295,7 @@ def test_importance_samples_change_only_the_iw_nll(corpus, tmp_path):
 
 def test_greedy_generation_agrees_with_teacher_forced_decoder(corpus):
     """Each greedily generated token is the argmax of the decoder run over the generated prefix."""
-    from seqvae.data import BOS_ID, EOS_ID
+    from seqvae.text.datamodule import BOS_ID, EOS_ID
 
     root, val = corpus
     dm = datamodule(root)
@@ -345,7 +345,7 @@ class NaNAfter:
 
 
 def test_non_finite_loss_stops_before_touching_the_weights(corpus, tmp_path):
-    from seqvae.model import NonFiniteError
+    from seqvae.core.model import NonFiniteError
 
     root, _ = corpus
     dm = datamodule(root)
@@ -431,7 +431,7 @@ def listening_model(root, **kw):
 
 
 def test_decoding_options_of_the_api(corpus):
-    from seqvae.model import ConfigError
+    from seqvae.core.model import ConfigError
 
     root, val = corpus
     model = listening_model(root)
@@ -472,7 +472,7 @@ def test_decoding_options_of_the_api(corpus):
 
 
 def test_interpolation_ends_decode_the_posterior_means(corpus):
-    from seqvae.data import BOS_ID, EOS_ID
+    from seqvae.text.datamodule import BOS_ID, EOS_ID
 
     root, val = corpus
     model = listening_model(root).eval()
@@ -492,7 +492,7 @@ def test_interpolation_ends_decode_the_posterior_means(corpus):
 # ---------------------------------------------------------------- word dropout
 def dropout_tokens():
     """Three texts `<s> … </s>` with pads; row 2 already holds an unknown word (3)."""
-    from seqvae.data import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+    from seqvae.text.datamodule import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
     tokens = torch.tensor(
         [
@@ -505,7 +505,7 @@ def dropout_tokens():
 
 
 def test_word_dropout_one_replaces_every_word_but_never_bos_nor_pad():
-    from seqvae.data import BOS_ID, PAD_ID, UNK_ID
+    from seqvae.text.datamodule import BOS_ID, PAD_ID, UNK_ID
 
     tokens, lengths = dropout_tokens()
     model = tiny_model(20, word_dropout=1.0).train()  # rand < 1 always: every candidate is dropped
@@ -523,7 +523,7 @@ def test_word_dropout_one_replaces_every_word_but_never_bos_nor_pad():
 def test_word_dropout_replaces_exactly_the_positions_its_seeded_draw_picks(p):
     """One U(0,1) draw per input position from the global RNG; a position is replaced by unk
     iff its draw < p, it is not the first (`<s>`) and not padding."""
-    from seqvae.data import BOS_ID, PAD_ID, UNK_ID
+    from seqvae.text.datamodule import BOS_ID, PAD_ID, UNK_ID
 
     g = torch.Generator().manual_seed(1)
     lengths = torch.randint(3, 12, (16,), generator=g)
@@ -545,7 +545,7 @@ def test_word_dropout_replaces_exactly_the_positions_its_seeded_draw_picks(p):
 
 
 def test_word_dropout_rate_is_p():
-    from seqvae.data import BOS_ID, UNK_ID
+    from seqvae.text.datamodule import BOS_ID, UNK_ID
 
     p = 0.25
     tokens = torch.randint(4, 50, (400, 30), generator=torch.Generator().manual_seed(0))
@@ -568,7 +568,7 @@ def test_word_dropout_off_at_p_zero_and_in_eval_mode():
 
 def test_training_loss_reads_the_dropped_inputs():
     """rec of `loss_terms` is the decoder's NLL given the word-dropped inputs (targets intact)."""
-    from seqvae.metrics import sample_posterior
+    from seqvae.core.metrics import sample_posterior
 
     tokens, lengths = dropout_tokens()
     batch = {"tokens": tokens, "lengths": lengths}

@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from seqvae.data import BOS_ID, EOS_ID, PAD_ID
-from seqvae.model import SeqVAE
-from seqvae.networks import LSTMDecoder, LSTMEncoder
 
 from seqvae.core.features import POOLINGS, abs_pool, avg_pool, last_pool, max_pool
+from seqvae.core.model import SeqVAE
+from seqvae.core.networks import LSTMDecoder, LSTMEncoder
+from seqvae.text.datamodule import BOS_ID, EOS_ID, PAD_ID
 
 V, E, H, Z = 20, 8, 12, 4
 

@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 import torch
-from seqvae.data import TextDataModule, label_column_hint, read_corpus
-from seqvae.splits import parse_split
 from test_scoring import TINY, run
 
 from seqvae.config_sources import data_sources, resolve, settle_splits
 from seqvae.errors import ConfigError, CorpusError
+from seqvae.text.datamodule import TextDataModule, label_column_hint, read_corpus
+from seqvae.text.splits import parse_split
 
 DEMO = str(Path(__file__).resolve().parents[1] / "configs" / "demo.yaml")
 
@@ -266,7 +266,7 @@ def test_predict_in_mode_sample_reads_no_text(tmp_path, capsys):
 
 
 def test_a_bad_checkpoint_is_seqvaes_own_line(tmp_path):
-    from seqvae.rundir.checkpoints import load_checkpoint
+    from seqvae.store.checkpoints import load_checkpoint
 
     bad = tmp_path / "bad.ckpt"
     bad.write_bytes(b"PK\x03\x04 not really a zip")
@@ -278,7 +278,7 @@ def test_a_bad_checkpoint_is_seqvaes_own_line(tmp_path):
 
 
 def test_compare_groups_a_run_in_the_older_form_with_the_same_run_in_the_new_one(tmp_path):
-    from seqvae.runs import load_run
+    from seqvae.analysis.runs import load_run
 
     old = "data:\n  train: c.txt\n  train_lines: 1-80\n  val: null\n  val_lines: 81-100\n  test: null\n  test_lines: 101-120\n  label_column: true\n"
     new = "data:\n  train: c.txt#1-80\n  train_lines: null\n  val: c.txt#81-100\n  test: c.txt#101-120\n  label_column: tab\n"

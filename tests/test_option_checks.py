@@ -8,8 +8,6 @@ import math
 from pathlib import Path
 
 import pytest
-from seqvae.corpus import ConfigError
-from seqvae.generation import Generation
 from test_model import write_corpus
 
 from seqvae import (
@@ -24,6 +22,8 @@ from seqvae import (
     TextDataModule,
 )
 from seqvae.cli import run_lightning
+from seqvae.core.generation import Generation
+from seqvae.text.corpus import ConfigError
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 TINY = dict(vocab_size=20, embed_dim=4, hidden_dim=4, latent_dim=2)

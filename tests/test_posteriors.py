@@ -18,13 +18,17 @@ from test_scoring import TINY, run
 from torch.distributions import MultivariateNormal, kl_divergence
 
 from seqvae.core.gaussian import DiagonalGaussian
-from seqvae.core.metrics import log_aggregate_posterior, log_standard_normal, posterior_iw_log_weights
-from seqvae.core.metrics import posterior_mutual_information
+from seqvae.core.losses import BatchFreeBits, FreeBits, StandardKL
+from seqvae.core.metrics import (
+    log_aggregate_posterior,
+    log_standard_normal,
+    posterior_iw_log_weights,
+    posterior_mutual_information,
+)
 from seqvae.core.model import SeqVAE
 from seqvae.core.posteriors import FullCovGaussian, FullCovGaussianPosterior, GaussianPosterior
 from seqvae.errors import ConfigError
-from seqvae.core.losses import BatchFreeBits, FreeBits, StandardKL
-from seqvae.core.strategies import STRATEGIES
+from seqvae.store.strategies import STRATEGIES
 
 F64 = torch.float64
 B, Z = 5, 4
@@ -154,7 +158,7 @@ def test_a_fullcov_model_round_trips_through_a_weights_only_checkpoint(tmp_path)
 
 LOADER_ONLY = """
 import sys
-from seqvae.rundir.checkpoints import load_checkpoint
+from seqvae.store.checkpoints import load_checkpoint
 names = sorted(type(v).__name__ for v in load_checkpoint(sys.argv[1], "test")["strategies"])
 print(",".join(names))
 """

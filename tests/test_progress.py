@@ -8,12 +8,12 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from seqvae.corpus import IndexedTexts, collate
-from seqvae.data import SAMPLERS
-from seqvae.log_lines import TestProgress, clock
 from torch.utils.data import DataLoader
 
-from seqvae import log_lines
+from seqvae.text.corpus import IndexedTexts, collate
+from seqvae.text.datamodule import SAMPLERS
+from seqvae.training import log_lines
+from seqvae.training.log_lines import TestProgress, clock
 
 
 def run(monkeypatch, capsys, lengths, seconds_of, k=None, batch_size=2, **kwargs):

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from seqvae import provenance as prov
+from seqvae.rundir import provenance as prov
 
 needs_git = pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
 

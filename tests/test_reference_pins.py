@@ -1,7 +1,7 @@
 """seqvae held to the numbers He et al.'s and Li et al.'s own code gave on the same weights, batches
 and noise (issue 36). The fixtures hold the inputs and the references' numbers only, written by
-`python scripts/reference_check.py pin --he DIR --li DIR` (the commits are in each file's
-`provenance`); here seqvae's side is rebuilt from the same seeds and batches (`scripts/pin_seqvae.py`)
+`python -m tools.reference pin --he DIR --li DIR` (the commits are in each file's
+`provenance`); here seqvae's side is rebuilt from the same seeds and batches (`tools/reference/pin_seqvae.py`)
 and compared at the tolerances in each fixture (`pin_table.TOLERANCE`)."""
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
-import pin_seqvae  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository: tools/
+from tools.reference import pin_seqvae  # noqa: E402
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "reference"
 BATCHES = json.loads((FIXTURES / "batches.json").read_text())

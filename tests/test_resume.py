@@ -10,10 +10,10 @@ import pytest
 import pytorch_lightning as pl
 import torch
 from pytorch_lightning.callbacks import Callback, ModelCheckpoint
-from seqvae.data import BucketBatchSampler, RandomBatchSampler
 from test_model import datamodule, tiny_model, trainer, write_corpus
 
 from seqvae import AggressiveTraining, AtomicCheckpointIO, PeriodicCheckpoint
+from seqvae.text.datamodule import BucketBatchSampler, RandomBatchSampler
 
 
 @pytest.fixture

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from seqvae.schedules import ConstantKL, CyclicalKL, LinearKLWarmup
+
+from seqvae.core.schedules import ConstantKL, CyclicalKL, LinearKLWarmup
 
 
 @pytest.mark.parametrize("start", [0.0, 0.1, 0.3, 0.7])

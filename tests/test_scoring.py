@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 import torch
-from seqvae.data import TextDataModule, label_column_hint, read_corpus, unk_token_hint
 from test_model import write_corpus
 
 from seqvae.commands import main
+from seqvae.text.datamodule import TextDataModule, label_column_hint, read_corpus, unk_token_hint
 
 TINY = ["--model.embed_dim=8", "--model.hidden_dim=12", "--model.latent_dim=4", "--trainer.enable_model_summary=false",
         "--model.pooling=max", "--model.val_iw_samples=0", "--trainer.num_sanity_val_steps=0"]  # fmt: skip
@@ -265,7 +265,7 @@ def test_a_retest_writes_a_numbered_pair_and_keeps_the_first(trained, tmp_path, 
     assert metrics(retest)["per_text_file"] == "per_text.csv"
     # Into the same directory (a user's own log dir): -2 for both, the first pair untouched.
     os.replace(retest / "metrics.json", work / "metrics-2.json")
-    from seqvae.run_files import write_new_files
+    from seqvae.rundir.run_files import write_new_files
 
     written = write_new_files({work / "per_text.csv": "x\n", work / "metrics.json": "{}\n"})
     assert [p.name for p in written.values()] == ["per_text-3.csv", "metrics-3.json"]
@@ -312,7 +312,8 @@ def test_epoch_line_shows_the_epochs_mean_train_loss_not_the_last_batchs(capsys)
     from types import SimpleNamespace
 
     import torch
-    from seqvae.log_lines import EpochLine, EpochMean
+
+    from seqvae.training.log_lines import EpochLine, EpochMean
 
     trainer = SimpleNamespace(sanity_checking=False, state=SimpleNamespace(fn="fit"), is_global_zero=True,
                               callback_metrics={"train/loss": torch.tensor(1000.0)}, current_epoch=0, max_epochs=2)  # fmt: skip
@@ -351,11 +352,11 @@ def progress_lines(monkeypatch, capsys, lengths, batching, batch_size, quiet_sec
     from types import SimpleNamespace
 
     import torch
-    from seqvae.corpus import IndexedTexts, collate
-    from seqvae.data import SAMPLERS
     from torch.utils.data import DataLoader
 
-    from seqvae import log_lines
+    from seqvae.text.corpus import IndexedTexts, collate
+    from seqvae.text.datamodule import SAMPLERS
+    from seqvae.training import log_lines
 
     data = IndexedTexts([torch.full((n,), 7) for n in lengths])
     loader = DataLoader(data, batch_sampler=SAMPLERS[batching](lengths, batch_size, False), collate_fn=collate)
@@ -374,7 +375,7 @@ def progress_lines(monkeypatch, capsys, lengths, batching, batch_size, quiet_sec
 
 @pytest.mark.parametrize("batching", ["bucket", "padded"])
 def test_test_progress_counts_padded_tokens_not_texts(capsys, monkeypatch, batching):
-    from seqvae.log_lines import clock
+    from seqvae.training.log_lines import clock
 
     lengths = [10, 3, 5, 3, 10, 5]
     lines = progress_lines(monkeypatch, capsys, lengths, batching, 2, 30.0)

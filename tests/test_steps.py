@@ -20,11 +20,11 @@ from types import SimpleNamespace
 import pytest
 import pytorch_lightning as pl
 import torch
-from seqvae.aggressive import WindowStopRule
-from seqvae.schedules import LinearKLWarmup
 from test_model import corpus, datamodule, tiny_model, trainer  # noqa: F401  (fixtures and helpers)
 
 from seqvae import AggressiveTraining, ConstantKL
+from seqvae.core.aggressive import WindowStopRule
+from seqvae.core.schedules import LinearKLWarmup
 
 
 # ---------------------------------------------------------------- spies
@@ -312,7 +312,7 @@ def test_mi_switch_off_needs_a_strict_drop():
 
 # ---------------------------------------------------------------- survivors of the mutation run (docs/mutation.md)
 def test_schedule_defaults():
-    from seqvae.schedules import CyclicalKL
+    from seqvae.core.schedules import CyclicalKL
 
     assert ConstantKL().weight(5, 10, 3) == 1.0  # the plain VAE
     # LinearKLWarmup(): 0.1 rising over 10 epochs (He et al.)
@@ -326,7 +326,7 @@ def test_kl_penalty_defaults_and_non_square_batches():
     """Free-bits targets default to 8 nats (Li et al.; Kingma et al.); λ = target / Z, Z the
     LAST dimension, and BatchFreeBits returns one value per sentence (B of them), on a batch
     with B ≠ Z."""
-    from seqvae.losses import BatchFreeBits, FreeBits
+    from seqvae.core.losses import BatchFreeBits, FreeBits
 
     # B = 2 sentences, Z = 4 dims: λ = 8 / 4 = 2 (by B it would be 4; a target of 9 gives 2.25)
     kl = torch.tensor([[1.0, 2.1, 3.0, 5.0], [2.0, 0.5, 4.5, 1.5]])
@@ -339,7 +339,7 @@ def test_kl_penalty_defaults_and_non_square_batches():
 
 
 def test_cosine_dispersion_default_weight_and_two_sentence_batch():
-    from seqvae.losses import CosineDispersion
+    from seqvae.core.losses import CosineDispersion
 
     h = torch.tensor([[1.0, 0.0, 0.0], [1.0, 1.0, 0.0]], dtype=torch.float64)
     cos = 1 / 2**0.5  # one pair, both orders
@@ -354,7 +354,7 @@ F64 = torch.float64
 
 
 def test_sample_posterior_draws_on_the_posterior_device():
-    from seqvae.metrics import sample_posterior
+    from seqvae.core.metrics import sample_posterior
 
     mu, logvar = torch.zeros(3, 2, device="meta"), torch.zeros(3, 2, device="meta")
     z = sample_posterior(mu, logvar, 5)
@@ -362,7 +362,7 @@ def test_sample_posterior_draws_on_the_posterior_device():
 
 
 def test_mutual_information_passes_its_memory_budget_on(monkeypatch):
-    from seqvae import metrics
+    from seqvae.core import metrics
 
     seen = []
     real = metrics.log_aggregate_posterior
@@ -378,7 +378,7 @@ def test_mutual_information_passes_its_memory_budget_on(monkeypatch):
 
 
 def test_active_units_counts_a_variance_equal_to_the_threshold():
-    from seqvae.metrics import active_units
+    from seqvae.core.metrics import active_units
 
     # two texts; variances (divisor N-1): 0.5 exactly (values 0 and 1), 0.49005, 0, 0
     mu = torch.tensor([[0.0, 0.0, 0.0, 3.0], [1.0, 0.99, 0.0, 3.0]], dtype=F64)
@@ -386,7 +386,7 @@ def test_active_units_counts_a_variance_equal_to_the_threshold():
 
 
 def test_covariance_from_sums_is_the_sample_covariance():
-    from seqvae.metrics import covariance_from_sums
+    from seqvae.core.metrics import covariance_from_sums
 
     x = torch.tensor([[1.0, 2.0, 0.0], [3.0, -1.0, 1.0], [0.0, 0.5, 4.0], [2.0, 2.0, 2.0]], dtype=F64)
     got = covariance_from_sums(x.sum(0), x.T @ x, 4)
@@ -396,7 +396,7 @@ def test_covariance_from_sums_is_the_sample_covariance():
 
 
 def test_spectrum_of_a_non_finite_covariance_is_one_nan_per_dimension():
-    from seqvae.metrics import effective_rank, explained_variance, spectrum
+    from seqvae.core.metrics import effective_rank, explained_variance, spectrum
 
     cov = torch.full((3, 3), float("nan"), dtype=torch.float32)
     lam = spectrum(cov)
@@ -406,7 +406,7 @@ def test_spectrum_of_a_non_finite_covariance_is_one_nan_per_dimension():
 
 def test_explained_variance_and_effective_rank_of_a_small_total_variance():
     """Total variance 0.4 < 1: the values are scale-free, not NaN."""
-    from seqvae.metrics import effective_rank, explained_variance
+    from seqvae.core.metrics import effective_rank, explained_variance
 
     cov = torch.diag(torch.tensor([0.1, 0.3, 0.0], dtype=F64))
     assert float(explained_variance(cov, 1)) == pytest.approx(0.75, abs=1e-12)
@@ -445,7 +445,7 @@ def feed(metrics, batches, repeats=1):
 
 
 def test_eval_metrics_defaults_mi_dataset_with_seed_zero():
-    from seqvae.metrics import MI_DATASET_SAMPLES, EvalMetrics, mutual_information
+    from seqvae.core.metrics import MI_DATASET_SAMPLES, EvalMetrics, mutual_information
 
     batches = eval_batches()
     out = feed(EvalMetrics(2, 3), batches).compute()
@@ -458,7 +458,7 @@ def test_eval_metrics_defaults_mi_dataset_with_seed_zero():
 def test_eval_metrics_reduce_every_state_across_ranks():
     """Two ranks holding the same states must give the metrics of one process that saw every
     batch twice: sums add, the stored posteriors and per-text rows concatenate (rank order)."""
-    from seqvae.metrics import EvalMetrics
+    from seqvae.core.metrics import EvalMetrics
 
     def two_ranks(tensor, group=None):
         return [tensor.clone(), tensor.clone()]
@@ -483,8 +483,8 @@ def test_eval_metrics_sums_are_float64():
     """Posterior means and features far from 0 with small spread (a common collapsed-model
     picture): the float64 sums keep Var = (Σμ² - (Σμ)²/N)/(N-1), the covariance spectra and the
     mean cosine what a direct float64 computation on all rows gives."""
-    from seqvae.losses import mean_pairwise_cosine
-    from seqvae.metrics import EvalMetrics
+    from seqvae.core.losses import mean_pairwise_cosine
+    from seqvae.core.metrics import EvalMetrics
 
     n = 1000
     i = torch.arange(n)
@@ -517,7 +517,7 @@ def test_eval_metrics_sync_makes_the_same_collectives_whatever_the_number_of_upd
     """Under DDP every rank must issue the same all-gathers, in the same order, or the run hangs;
     ranks can see different numbers of batches. So a stored list state (posteriors, per-text
     rows) is gathered as one tensor, not one gather per update."""
-    from seqvae.metrics import EvalMetrics
+    from seqvae.core.metrics import EvalMetrics
 
     shapes = {}
     for updates in (1, 2, 3):
@@ -540,7 +540,7 @@ def test_eval_metrics_sync_makes_the_same_collectives_whatever_the_number_of_upd
 
 
 def test_eval_metrics_iw_keys_only_when_given_and_for_a_single_text():
-    from seqvae.metrics import EvalMetrics
+    from seqvae.core.metrics import EvalMetrics
 
     one = dict(rec=torch.tensor([10.0]), kl=torch.tensor([1.0]), n_tokens=torch.tensor([4]))
     m = EvalMetrics(0, 1)
@@ -558,7 +558,7 @@ def test_eval_metrics_iw_keys_only_when_given_and_for_a_single_text():
 
 
 def test_eval_metrics_per_text_errors_and_empty_rows():
-    from seqvae.metrics import EvalMetrics
+    from seqvae.core.metrics import EvalMetrics
 
     with pytest.raises(ValueError, match=r"^EvalMetrics\(per_text=True\)\.update needs index \(the texts' dataset positions\)$"):
         EvalMetrics(0, 1, per_text=True).update(torch.tensor([1.0]), torch.tensor([0.0]), torch.tensor([3]))

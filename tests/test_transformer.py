@@ -144,7 +144,7 @@ def test_the_encoder_swap_end_to_end_fit_test_probe_and_a_pretrained_encoder(cor
     config = (run_dir / "config.yaml").read_text()
     assert "class_path: seqvae.TransformerEncoder" in config and "d_model: 16" in config and "pooling: cls" in config
     ckpt = run_dir / "checkpoints" / "best.ckpt"
-    from seqvae.rundir.checkpoints import load_checkpoint
+    from seqvae.store.checkpoints import load_checkpoint
 
     hparams = load_checkpoint(ckpt, "test")["hyper_parameters"]  # the CLI keeps the strategy as its config
     assert hparams["encoder"]["class_path"] == "seqvae.TransformerEncoder" and hparams["encoder"]["init_args"]["d_model"] == 16
@@ -172,7 +172,7 @@ def test_the_encoder_swap_end_to_end_fit_test_probe_and_a_pretrained_encoder(cor
 
 
 def test_a_python_api_model_saves_its_encoder_settings_and_loads_with_weights_only(tmp_path):
-    from seqvae.rundir.checkpoints import load_checkpoint
+    from seqvae.store.checkpoints import load_checkpoint
 
     m = model("max")
     torch.save({"hyper_parameters": dict(m.hparams), "state_dict": m.state_dict()}, tmp_path / "api.ckpt")

@@ -37,16 +37,7 @@ import json
 import sys
 from pathlib import Path
 
-from seqvae.analysis.cells import (  # noqa: F401  (re-exported: compare's API)
-    BY_TEXT_NOTE,
-    DEGENERATE_NOTE,
-    SEEDS_NOTE,
-    add_differences,
-    cell_of,
-    diff_cell,
-    seeds_needed,
-    stat_cell,
-)
+from seqvae.analysis.differences import DIFF_KEYS, DIFF_METRICS, MC_SE, t975  # noqa: F401  (t975: API)
 from seqvae.analysis.labels import (  # noqa: F401  (re-exported: compare's API)
     COMMON_LABEL,
     common_settings_note,
@@ -60,9 +51,8 @@ from seqvae.analysis.labels import (  # noqa: F401  (re-exported: compare's API)
     unique_dir_labels,
     varying_keys,
 )
-from seqvae.analysis.run_notes import THREADS_MARK, mixed_threads, provenance_note, retest_note, thread_counts, thread_notes
-from seqvae.analysis.differences import DIFF_KEYS, DIFF_METRICS, MC_SE, t975  # noqa: F401  (t975: API)
 from seqvae.analysis.plots import plot, read_curves, y_scale  # noqa: F401  (re-exported: compare's API)
+from seqvae.analysis.run_notes import THREADS_MARK, mixed_threads, provenance_note, retest_note, thread_counts, thread_notes
 from seqvae.analysis.runs import (  # noqa: F401  (re-exported: compare's API)
     BN_MARK,
     BN_UNRELIABLE,
@@ -83,8 +73,18 @@ from seqvae.analysis.runs import (  # noqa: F401  (re-exported: compare's API)
     test_texts,
     test_texts_notes,
     texts_digests,
-    write_curves,
 )
+from seqvae.analysis.table_cells import (  # noqa: F401  (re-exported: compare's API)
+    BY_TEXT_NOTE,
+    DEGENERATE_NOTE,
+    SEEDS_NOTE,
+    add_differences,
+    cell_of,
+    diff_cell,
+    seeds_needed,
+    stat_cell,
+)
+from seqvae.rundir.curves import write_curves  # noqa: F401  (re-exported: compare's API)
 
 
 def by_config(runs: list[dict]) -> list[dict]:

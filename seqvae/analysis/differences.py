@@ -22,7 +22,7 @@ MC_SE = {"iw_nll": "iw_nll_se", "mi_dataset": "mi_dataset_se"}
 # t quantile, by ("text", "seed", "welch" or None), why there is no interval, MC se of a one-run difference;
 # the seeds a by-seed interval used, whether every paired difference was equal (no spread: no interval to
 # read), and the seeds at which the observed mean difference (and `--resolve X`) would exclude 0
-# (`seqvae/analysis/cells.py`).
+# (`seqvae/analysis/table_cells.py`).
 DIFF_KEYS = dict.fromkeys(("diff", "lo", "hi", "n", "df", "by", "why", "mc_se", "excludes_zero", "seeds", "degenerate",
                            "seeds_needed", "seeds_needed_resolve"))  # fmt: skip
 # Why a difference has no interval when its two sides were not all tested on the same texts.

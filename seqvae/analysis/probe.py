@@ -25,7 +25,7 @@ from pathlib import Path
 
 from seqvae.analysis.differences import t975
 from seqvae.errors import ConfigError, CorpusError
-from seqvae.rundir.files import BEST_CKPT, CHECKPOINTS, METRICS, atomic_write_text
+from seqvae.store.files import BEST_CKPT, CHECKPOINTS, METRICS, atomic_write_text
 from seqvae.text.splits import parse_split, resolve_splits, split_value
 
 PROBE = "probe.json"
@@ -136,7 +136,7 @@ def load_model(ckpt: Path):
     from pytorch_lightning.core.saving import _load_state
 
     from seqvae.core.model import SeqVAE
-    from seqvae.rundir.checkpoints import load_checkpoint
+    from seqvae.store.checkpoints import load_checkpoint
 
     checkpoint = load_checkpoint(ckpt, "RUN_OR_CKPT")
     if "vocab" not in checkpoint:

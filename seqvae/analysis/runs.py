@@ -5,9 +5,7 @@ keys say what a run is (grouping) and which only how it was launched (ignored).
 
 from __future__ import annotations
 
-import csv
 import glob
-import io
 import json
 import math
 import os
@@ -17,8 +15,8 @@ from pathlib import Path
 
 import yaml
 
-from seqvae.rundir.files import CONFIG, atomic_write_text
-from seqvae.rundir.files import METRICS as METRICS_FILE
+from seqvae.store.files import CONFIG
+from seqvae.store.files import METRICS as METRICS_FILE
 from seqvae.text.splits import fold_split_keys
 
 # (id used in CSV/JSON, markdown header, metrics.json key, digits)
@@ -319,29 +317,6 @@ def bn_note(groups: list[dict]) -> list[str]:
         f"{BN_MARK} BN-VAE bound broken in runs {'; '.join(which)}: see metrics.json bn_bound; "
         "their KL, AU, MI, IW-NLL, PPL, −ELBO and μ erank are not BN-VAE's (raw means vary by less than 10·bn_eps)"
     ]
-
-
-def write_curves(run_dir: Path, out: Path) -> int:
-    """Writes curves.csv (step, train/lr, epoch and every val/ scalar, one row per validation)
-    from the run's TensorBoard event files (a resumed run has several); returns the row count."""
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
-    scalars: dict[str, dict[int, float]] = {}
-    for events in sorted(run_dir.glob("events.out.tfevents.*")):
-        acc = EventAccumulator(str(events), size_guidance={"scalars": 0})
-        acc.Reload()
-        for tag in acc.Tags()["scalars"]:
-            scalars.setdefault(tag, {}).update({e.step: e.value for e in acc.Scalars(tag)})
-    val_tags = sorted(t for t in scalars if t.startswith("val/"))
-    extra = [t for t in ("train/lr", "train/wall_seconds", "epoch") if t in scalars]
-    steps = sorted(scalars.get("val/loss", {}))
-    buf = io.StringIO()
-    writer = csv.writer(buf)  # csv's own \r\n line ends, as curves.csv always had
-    writer.writerow(["step", *extra, *val_tags])
-    for step in steps:
-        writer.writerow([step, *(scalars[t].get(step, "") for t in extra + val_tags)])
-    atomic_write_text(out, buf.getvalue())
-    return len(steps)
 
 
 def repeated_seed_notes(groups: list[dict]) -> list[str]:

@@ -22,8 +22,8 @@ from typing import Literal
 
 import torch
 
-from seqvae.core.strategies import strategy
 from seqvae.options import AT_LEAST_ONE
+from seqvae.store.strategies import strategy
 from seqvae.text.corpus import run_seed
 
 

@@ -22,8 +22,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from seqvae.core.strategies import strategy
 from seqvae.options import NON_NEGATIVE, POSITIVE, Range, check_strategy
+from seqvae.store.strategies import strategy
 
 
 @strategy

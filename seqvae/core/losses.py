@@ -6,8 +6,8 @@ import torch
 import torch.nn.functional as F
 
 from seqvae.core.gaussian import DiagonalGaussian
-from seqvae.core.strategies import declares_subclasses
 from seqvae.options import NON_NEGATIVE
+from seqvae.store.strategies import declares_subclasses
 
 
 def gaussian_kl(mu: torch.Tensor, logvar: torch.Tensor) -> torch.Tensor:

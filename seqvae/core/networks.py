@@ -16,7 +16,7 @@ from seqvae.core.features import POOLINGS, Init, Pooling, PosteriorEncoder, bn_v
 from seqvae.core.fused_ce import linear_cross_entropy
 from seqvae.core.posteriors import GaussianPosterior, Posterior
 from seqvae.errors import ConfigError
-from seqvae.rundir.checkpoints import load_checkpoint
+from seqvae.store.checkpoints import load_checkpoint
 from seqvae.text.corpus import Vocabulary
 
 

@@ -15,14 +15,13 @@ generation and the probe ask that object; none of them knows the family.
 
 from __future__ import annotations
 
-
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from seqvae.core.gaussian import LOG_2PI, DiagonalGaussian
-from seqvae.core.strategies import declares_subclasses
 from seqvae.errors import ConfigError
+from seqvae.store.strategies import declares_subclasses
 
 
 @declares_subclasses

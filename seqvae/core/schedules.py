@@ -4,8 +4,8 @@ optimiser update number `update` (0-based), driven by the module's own update co
 
 from __future__ import annotations
 
-from seqvae.core.strategies import declares_subclasses
 from seqvae.options import AT_LEAST_ONE, NON_NEGATIVE, PROBABILITY, Range
+from seqvae.store.strategies import declares_subclasses
 
 
 @declares_subclasses

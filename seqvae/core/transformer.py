@@ -28,9 +28,9 @@ from torch import nn
 
 from seqvae.core.features import POOLINGS, Init, PosteriorEncoder, bn_vae_norm
 from seqvae.core.posteriors import GaussianPosterior, Posterior
-from seqvae.core.strategies import strategy
 from seqvae.errors import ConfigError
 from seqvae.options import AT_LEAST_ONE, Range, check_strategy
+from seqvae.store.strategies import strategy
 
 FEATURES = {"cls": lambda h, mask, lengths: h[:, 0], **POOLINGS}
 

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import yaml
 
-from seqvae.rundir.files import CONFIG, METRICS, atomic_write_text, checkpoint_path
+from seqvae.store.files import CONFIG, METRICS, atomic_write_text, checkpoint_path
 
 JOB_FILE, RUN_FILE, LOG_FILE = "sweep.job", "sweep.run", "sweep.log"  # the sweep's own files in a run directory
 

@@ -19,7 +19,7 @@ from seqvae.experiments.cells import LOG_FILE, checkpoint_position, has_leftover
 from seqvae.experiments.grid import Cell
 from seqvae.experiments.local import LocalRunner
 from seqvae.rundir.export import result_files
-from seqvae.rundir.files import CURVES, METRICS
+from seqvae.store.files import CURVES, METRICS
 
 
 # ------------------------------------------------------------------------------------- a cell's files

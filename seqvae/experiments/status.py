@@ -11,7 +11,7 @@ import signal
 from seqvae.experiments.cells import checkpoint_summary, max_epochs, read_job, read_json, read_run
 from seqvae.experiments.executors import job_state
 from seqvae.experiments.grid import Cell
-from seqvae.rundir.files import METRICS
+from seqvae.store.files import METRICS
 
 
 def cell_status(cell: Cell) -> dict:

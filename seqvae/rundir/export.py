@@ -13,8 +13,8 @@ import shutil
 import sys
 from pathlib import Path
 
-from seqvae.analysis.compare import write_curves
-from seqvae.rundir.files import CONFIG, CURVES, METRICS
+from seqvae.rundir.curves import write_curves
+from seqvae.store.files import CONFIG, CURVES, METRICS
 
 
 def result_files(run_dir: Path) -> list[str]:

@@ -10,7 +10,6 @@ import json
 import sys
 from pathlib import Path
 
-from seqvae.rundir.files import CURVES, METRICS, PER_TEXT, PREDICTIONS
 from seqvae.rundir.provenance import provenance
 from seqvae.rundir.run_files import (
     drop_empty_event_files,
@@ -22,6 +21,7 @@ from seqvae.rundir.run_files import (
     write_new_file,
     write_new_files,
 )
+from seqvae.store.files import CURVES, METRICS, PER_TEXT, PREDICTIONS
 
 
 def write_test_results(trainer, model, datamodule, seed_everything, command_line: list[str], extra: dict) -> None:
@@ -69,7 +69,7 @@ def write_fit_curves(trainer) -> None:
     """After `fit`: curves.csv, the validation curves from the event files (`seqvae compare --plots`)."""
     log_dir = trainer.log_dir
     if trainer.is_global_zero and log_dir is not None:
-        from seqvae.analysis.compare import write_curves
+        from seqvae.rundir.curves import write_curves
 
         write_curves(Path(log_dir), Path(log_dir) / CURVES)
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from seqvae.rundir.files import atomic_write_text
+from seqvae.store.files import atomic_write_text
 
 
 def numbered(path: Path, n: int) -> Path:

@@ -1,6 +1,6 @@
 """Corpora and vocabulary: reading one-text-per-line files, the word-level vocabulary (HF
-`tokenizers` WordLevel), id sequences and their batches. A saved run's vocabulary or checkpoint
-is read by `seqvae.rundir.checkpoints` (as data, never as code).
+`tokenizers` WordLevel), id sequences and their batches. A saved run's vocabulary is read from its vocab.json or a
+checkpoint (`load_vocabulary`, through the one loader: as data, never as code).
 
 A corpus is one text per line, already tokenised (split on whitespace), optionally
 `label<TAB>text` (Yelp). Every sequence becomes `<s> w1 … wn </s>`; the decoder reads
@@ -24,6 +24,7 @@ from tokenizers.models import WordLevel
 from tokenizers.pre_tokenizers import WhitespaceSplit
 
 from seqvae.errors import ConfigError, CorpusError  # noqa: F401  (seqvae.corpus.CorpusError: where they were first defined)
+from seqvae.store.checkpoints import load_checkpoint
 from seqvae.text.splits import parse_line_range
 
 PAD, BOS, EOS = "<pad>", "<s>", "</s>"
@@ -254,6 +255,23 @@ class Vocabulary:
     @classmethod
     def load(cls, path: str | Path) -> Vocabulary:
         return cls.from_str(Path(path).read_text())
+
+
+def load_vocabulary(path: str | Path) -> Vocabulary:
+    """The vocabulary of a run: its `vocab.json`, or the one saved inside a checkpoint."""
+    path = Path(path)
+    if not path.is_file():
+        why = f"{path} is a directory, not a file" if path.is_dir() else f"no such file {path}"
+        raise CorpusError(f"data.vocab: {why}")
+    if path.suffix == ".json":
+        try:
+            return Vocabulary.load(path)
+        except (ValueError, KeyError) as err:
+            raise CorpusError(f"data.vocab: {path}: not a seqvae vocab.json ({err})") from None
+    checkpoint = load_checkpoint(path, "data.vocab")
+    if "vocab" not in checkpoint:
+        raise CorpusError(f"data.vocab: {path}: the checkpoint holds no vocabulary (written before seqvae saved one)")
+    return Vocabulary.from_str(checkpoint["vocab"])
 
 
 def collate(batch: list[torch.Tensor] | list[tuple[int, torch.Tensor]]) -> dict[str, torch.Tensor]:

@@ -16,7 +16,7 @@ from seqvae.errors import ConfigError, CorpusError  # noqa: F401
 from seqvae.options import DATA_OPTIONS, check_option
 
 # The names a user of the data layer needs, re-exported (`from seqvae.data import BOS_ID`).
-from seqvae.rundir.checkpoints import load_checkpoint, load_vocabulary  # noqa: F401
+from seqvae.store.checkpoints import load_checkpoint  # noqa: F401
 from seqvae.text.corpus import (  # noqa: F401
     BOS,
     BOS_ID,
@@ -30,6 +30,7 @@ from seqvae.text.corpus import (  # noqa: F401
     Vocabulary,
     collate,
     label_format,
+    load_vocabulary,
     read_corpus,
     run_seed,
     texts_digest,

@@ -12,8 +12,8 @@ from pytorch_lightning import Callback
 from pytorch_lightning.plugins.io import TorchCheckpointIO
 from pytorch_lightning.utilities import rank_zero_warn
 
-from seqvae.rundir.checkpoints import load_checkpoint
-from seqvae.rundir.files import atomic_open
+from seqvae.store.checkpoints import load_checkpoint
+from seqvae.store.files import atomic_open
 from seqvae.text.corpus import run_seed
 from seqvae.training.allocator import release_freed_memory
 
@@ -88,7 +88,7 @@ class PlateauRule(Callback):
 
 class AtomicCheckpointIO(TorchCheckpointIO):
     """Writes a checkpoint to a temporary file in the target's directory, fsyncs it, then
-    renames it over the target (`seqvae.rundir.files.atomic_open`): a kill during a save leaves
+    renames it over the target (`seqvae.store.files.atomic_open`): a kill during a save leaves
     the previous file whole. (Lightning's own write goes through an fsspec transaction whose temporary file is in
     the system temp directory; moved across file systems, that is a copy into the target.)"""
 
@@ -160,7 +160,7 @@ class PeriodicCheckpoint(Callback):
         # weights_only=False: save the whole training state (optimisers, loops, callbacks), as
         # ModelCheckpoint's own last.ckpt does. Said explicitly, else Lightning logs "`weights_only`
         # was not set, defaulting to `False`" at every save: that is about what is *saved*, not
-        # how checkpoints are *loaded* (rundir/checkpoints.py loads with weights_only=True).
+        # how checkpoints are *loaded* (store/checkpoints.py loads with weights_only=True).
         trainer.save_checkpoint(path, weights_only=False)
         self.saves += 1
         self._last_save = time.monotonic()
@@ -295,7 +295,7 @@ class TextSamples(Callback):
 
 class LatentDimensions(Callback):
     """At every validation of a fit and at the end of a test, a TensorBoard image
-    (`val/latent_dimensions`, `test/latent_dimensions`; `plots.latent_figure`): per latent
+    (`val/latent_dimensions`, `test/latent_dimensions`; `latent_figure`): per latent
     dimension, Var_x(E[z_d]) against AU's threshold and the mean KL_d. It shows which units are
     active, not only how many.
 
@@ -311,7 +311,7 @@ class LatentDimensions(Callback):
         experiment = getattr(trainer.logger, "experiment", None)
         if not self.enabled or dims is None or not trainer.is_global_zero or not hasattr(experiment, "add_figure"):
             return
-        from seqvae.analysis.plots import latent_figure
+        from seqvae.training.latent_figure import latent_figure
 
         title = f"{stage}, epoch {trainer.current_epoch + 1}" if stage == "val" else stage
         fig = latent_figure(dims["var_mu"], dims["kl"], title=title)

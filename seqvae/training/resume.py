@@ -8,7 +8,7 @@ resumed run would otherwise train the second part with other settings than its r
 (issue 45: `--model.pooling avg --model.lr 0.1` on resume gave a best.ckpt that said avg/0.1 and a
 config.yaml that said max/1.0). The settings in `MAY_CHANGE` (when to stop, logging, progress,
 evaluation-only options) may differ; config.yaml then records the resumed command's values
-(rundir/callbacks.py: RunDirConfig), and docs/usage.md lists them.
+(rundir/run_dir_callbacks.py: RunDirConfig), and docs/usage.md lists them.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from pathlib import Path
 import yaml
 
 from seqvae.errors import ConfigError
-from seqvae.rundir.checkpoints import load_checkpoint
-from seqvae.rundir.files import CONFIG
+from seqvae.store.checkpoints import load_checkpoint
+from seqvae.store.files import CONFIG
 
 # Dotted keys, or sections (a key and everything under it), that a resume may change.
 MAY_CHANGE = (

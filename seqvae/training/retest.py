@@ -14,7 +14,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from seqvae.rundir.checkpoints import load_checkpoint
+from seqvae.store.checkpoints import load_checkpoint
 
 
 def _shown(value) -> str:

@@ -1,6 +1,6 @@
-"""One reference run of `reference_pin.py`, in the reference's own (patched) work copy as cwd:
-`python reference_child.py he|li SPEC.json`. Imports the reference's script as a module, installs
-the observing hooks listed in reference_pin.py's docstring, runs its `main(args)` (or, for the
+"""One reference run of `pin.py`, in the reference's own (patched) work copy as cwd:
+`python -m tools.reference.child he|li SPEC.json`. Imports the reference's script as a module, installs
+the observing hooks listed in pin.py's docstring, runs its `main(args)` (or, for the
 evaluation, its own test/calc_mi/calc_au/calc_iwnll functions), and torch.saves what it saw."""
 
 from __future__ import annotations
@@ -14,8 +14,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from pin_seqvae import FlatNoise, noise_streams  # noqa: E402
+from tools.reference.pin_seqvae import FlatNoise, noise_streams
 
 torch.set_num_threads(1)
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env python
 """Pin seqvae to He et al.'s and Li et al.'s code step for step (issue 36): the harness behind
-`python scripts/reference_check.py pin --he DIR --li DIR`. A developer tool, not CI.
+`python -m tools.reference pin --he DIR --li DIR`. A developer tool, not CI.
 
 It copies clean clones of jxhe/vae-lagging-encoder and bohanli/vae-pretraining-encoder to a work
 directory outside the repository, applies the listed CPU/current-library substitutions (each must
@@ -34,12 +34,10 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
-SCRIPTS = Path(__file__).resolve().parent
-REPO = SCRIPTS.parent
-sys.path.insert(0, str(SCRIPTS))
+from tools.reference import pin_seqvae, pin_table
+from tools.reference.work_copy import HE_PATCHES, clone_commit, prepare_work
 
-import pin_seqvae  # noqa: E402
-import pin_table  # noqa: E402
+REPO = Path(__file__).resolve().parents[2]
 
 INIT_SEED, NOISE_SEED, EVAL_SEED = 7, 1000, 11
 WORDS = (6, 14)  # texts of 6-14 words: equal-length buckets of useful size from the small demo files
@@ -90,16 +88,7 @@ def vocab_size(train_file: str) -> int:
 
 # ---------------------------------------------------------------- running a reference
 def prepare(code: str, clone: Path, work: Path) -> list[dict]:
-    import reference_check
-
-    if code == "he":
-        return reference_check.prepare_work(clone, work)
-    saved = reference_check.PATCHES
-    reference_check.PATCHES = LI_PATCHES
-    try:
-        return reference_check.prepare_work(clone, work)
-    finally:
-        reference_check.PATCHES = saved
+    return prepare_work(clone, work, HE_PATCHES if code == "he" else LI_PATCHES)
 
 
 def run_child(code: str, work: Path, spec: dict) -> dict:
@@ -107,8 +96,10 @@ def run_child(code: str, work: Path, spec: dict) -> dict:
 
     spec_file = work / f"pin_{spec['case']}.json"
     spec_file.write_text(json.dumps(spec))
-    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONHASHSEED="0")
-    cmd = [sys.executable, str(SCRIPTS / "reference_child.py"), code, str(spec_file)]
+    # the child runs in the reference's work copy (its cwd); the repository stays importable
+    path = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
+    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONHASHSEED="0", PYTHONPATH=path)
+    cmd = [sys.executable, "-m", "tools.reference.child", code, str(spec_file)]
     t = time.time()
     p = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True)
     if p.returncode:
@@ -120,9 +111,7 @@ def run_child(code: str, work: Path, spec: dict) -> dict:
 
 
 def commit_of(clone: Path, given: str | None) -> str | None:
-    import reference_check
-
-    return given or reference_check.he_commit(clone)
+    return given or clone_commit(clone)
 
 
 # ---------------------------------------------------------------- cases
@@ -180,7 +169,7 @@ def main(argv=None) -> int:
             c: {"repository": {"he": "jxhe/vae-lagging-encoder", "li": "bohanli/vae-pretraining-encoder"}[c],
                 "commit": commits[c], "patches": patches[c]} for c in clones
         },
-        "command": "python scripts/reference_check.py pin " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "command": "python -m tools.reference pin " + " ".join(argv if argv is not None else sys.argv[1:]),
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "torch": torch.__version__,
     }  # fmt: skip

@@ -1,10 +1,11 @@
-"""The comparisons of `reference_pin.py`: each case's rows (quantity | reference | seqvae | max abs |
+"""The comparisons of `pin.py`: each case's rows (quantity | reference | seqvae | max abs |
 max rel) and fixture (the inputs and the references' numbers, no code), and the table's text."""
 
 from __future__ import annotations
 
-import pin_seqvae
 import torch
+
+from tools.reference import pin_seqvae
 
 # Agreement the tests require (fp32; one thread): losses and norms of the same weights and batches
 # relative; parameters after training absolute on elements of size ≤ 0.1-ish; integer decisions exact.

@@ -2,11 +2,11 @@
 """seqvae's speed side by side with He et al.'s code (github.com/jxhe/vae-lagging-encoder), on the
 same batches, in alternated child processes, and what the difference is made of.
 
-    python scripts/reference_speed.py --he /work/ref/he_clean [--he-commit SHA] [--configs small,paper]
+    python -m tools.reference.speed --he /work/ref/he_clean [--he-commit SHA] [--configs small,paper]
         [--rounds 3] [--threads 1] [--json PATH]
 
 Nothing of the reference is kept in the repository: its ``modules/`` tree is copied from a clean
-clone (``--he``) into a temporary directory and patched as ``reference_check.PATCHES`` lists (the
+clone (``--he``) into a temporary directory and patched as ``work_copy.HE_PATCHES`` lists (the
 deprecated ``reduce=False``); each child imports it from there. Per config (bench.py's small and
 paper sizes, dropout 0.5/0.5 as both codes' Yahoo settings) and part, five variants run, each in
 its own process (its own heap, its own peak RSS), in an order rotated every round:
@@ -45,8 +45,9 @@ import time
 from pathlib import Path
 from types import SimpleNamespace
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
+from tools.reference.work_copy import HE_PATCHES, clone_commit, prepare_work
+
+REPO = Path(__file__).resolve().parents[2]
 
 VARIANTS = {  # name: (code, fused_output, mallopt)
     "reference": ("reference", None, False),
@@ -92,11 +93,11 @@ def reference_step(vae, x, optimizers, stepped):
 
 def measure(spec: dict) -> dict:
     """One variant × config × part, in this (child) process; returns seconds per step or text."""
-    import bench  # scripts/bench.py: the same batches, configs and seqvae loops as the benchmark
     import torch
-    from gemm_peak import clock
 
-    from seqvae.model import SeqVAE
+    from benchmarks import bench  # the same batches, configs and seqvae loops as the benchmark
+    from benchmarks.gemm_peak import clock
+    from seqvae.core.model import SeqVAE
 
     code, cfg, part = spec["code"], bench.CONFIGS[spec["config"]], spec["part"]
     warm, steps, _ = bench.QUICK[spec["config"]]
@@ -142,8 +143,9 @@ def measure(spec: dict) -> dict:
 
 
 def run_child(spec: dict, threads: int) -> dict:
-    cmd = [sys.executable, __file__, "--child", json.dumps(spec), "--threads", str(threads)]
-    done = subprocess.run(cmd, capture_output=True, text=True)
+    cmd = [sys.executable, "-m", "tools.reference.speed", "--child", json.dumps(spec), "--threads", str(threads)]
+    path = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
+    done = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=path))
     lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
     if done.returncode or not lines:
         raise SystemExit(f"child {spec} failed ({done.returncode}):\n{done.stderr[-3000:]}")
@@ -157,14 +159,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--configs", default="small,paper")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--data", type=Path, default=HERE.parent.parent / "shared/data/yahoo/valid.txt")
+    p.add_argument("--data", type=Path, default=REPO.parent / "shared/data/yahoo/valid.txt")
     p.add_argument("--json", type=Path)
     p.add_argument("--child", help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     if a.child:
         spec = json.loads(a.child)
         if spec["mallopt"]:
-            from seqvae.allocator import reuse_freed_memory
+            from seqvae.training.allocator import reuse_freed_memory
 
             reuse_freed_memory()  # before any tensor, as the seqvae command does
         import torch
@@ -174,15 +176,13 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if a.he is None or not (a.he / "modules" / "vae.py").is_file():
         p.error(f"--he {a.he}: not a clone of jxhe/vae-lagging-encoder (no modules/vae.py)")
-    import reference_check
-
     began, load0 = time.perf_counter(), os.getloadavg()
-    res = {"command": " ".join(["python", "scripts/reference_speed.py", *(argv or sys.argv[1:])]), "threads": a.threads,
-           "rounds": a.rounds, "he_commit": a.he_commit or reference_check.he_commit(a.he), "loadavg_start": load0, "parts": {}}  # fmt: skip
+    res = {"command": " ".join(["python", "-m", "tools.reference.speed", *(argv or sys.argv[1:])]), "threads": a.threads,
+           "rounds": a.rounds, "he_commit": a.he_commit or clone_commit(a.he), "loadavg_start": load0, "parts": {}}  # fmt: skip
     print(f"He et al. {res['he_commit'] or '(commit unknown)'}; {a.threads} thread(s), {a.rounds} rounds, "
           f"1-min load {load0[0]:.2f}; one child process per variant, order rotated each round")  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="seqvae-refspeed-") as tmp:
-        res["patches"] = reference_check.prepare_work(a.he, Path(tmp) / "he")
+        res["patches"] = prepare_work(a.he, Path(tmp) / "he", HE_PATCHES)
         names = list(VARIANTS)
         for config in a.configs.split(","):
             for part in PARTS[config]:

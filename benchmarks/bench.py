@@ -1,11 +1,11 @@
 """Throughput benchmark of SeqVAE: GEMM peak, training tokens/s, IW-NLL documents/s, peak memory.
 
-    python scripts/bench.py [--quick] [--threads N] [--device cpu|cuda] [--bf16] [--json PATH]
-    python scripts/bench.py --profile [--threads N]   # torch.profiler op tables of the small config
-    python scripts/bench.py --allocator [--steps 10] [--docs 4] [--iw-samples 100]   # glibc default vs seqvae's
+    python -m benchmarks.bench [--quick] [--threads N] [--device cpu|cuda] [--bf16] [--json PATH]
+    python -m benchmarks.bench --profile [--threads N]   # torch.profiler op tables of the small config
+    python -m benchmarks.bench --allocator [--steps 10] [--docs 4] [--iw-samples 100]   # glibc default vs seqvae's
 
 `--allocator`: CPU time of the small config's training steps (32 random texts of 80 tokens) and of
-IW-NLL per document, under glibc's default malloc and under `seqvae.allocator.reuse_freed_memory`,
+IW-NLL per document, under glibc's default malloc and under `seqvae.training.allocator.reuse_freed_memory`,
 each in its own process (the thresholds are per process), one torch thread. Per step/document:
 wall, user and system CPU seconds and minor page faults (getrusage). System time and faults are
 what the setting removes; other processes inflate wall time, not this process's CPU times. The last
@@ -52,18 +52,21 @@ from pathlib import Path
 
 import pytorch_lightning as pl
 import torch
-from gemm_peak import clock, measure_peak, peak_shapes, rate_against_peak  # scripts/gemm_peak.py
-from seqvae.allocator import reuse_freed_memory
-from seqvae.data import BucketBatchSampler, Vocabulary, read_corpus
-from seqvae.metrics import iw_nll
-from seqvae.model import SeqVAE
+
+from benchmarks.gemm_peak import clock, measure_peak, peak_shapes, rate_against_peak
+from seqvae.core.metrics import iw_nll
+from seqvae.core.model import SeqVAE
+from seqvae.text.corpus import Vocabulary, read_corpus
+from seqvae.text.samplers import BucketBatchSampler
+from seqvae.training.allocator import reuse_freed_memory
 from seqvae.training.precision import set_tf32
 
 CONFIGS = {"small": dict(embed_dim=64, hidden_dim=128, latent_dim=32, vocab_size=5000),  # first: RSS is a lifetime peak
            "paper": dict(embed_dim=512, hidden_dim=1024, latent_dim=32, vocab_size=20000)}  # fmt: skip
 QUICK = {"paper": (1, 2, 1), "small": (1, 5, 1)}  # warm-up steps, timed steps, IW documents
 FULL = {"paper": (2, 10, 2), "small": (3, 40, 8)}
-YAHOO = Path(__file__).resolve().parents[2] / "shared/data/yahoo/valid.txt"
+REPO = Path(__file__).resolve().parents[1]
+YAHOO = REPO.parent / "shared/data/yahoo/valid.txt"
 BATCH, WARM_T = 32, 24  # sentences per batch; warm-up batches are cut to WARM_T tokens
 
 
@@ -325,8 +328,9 @@ def peak_child(spec: dict) -> dict:
 
 def run_child(spec: dict, threads: int | None) -> dict:
     """`measure(spec)` in a fresh interpreter (its own peak RSS)."""
-    cmd = [sys.executable, __file__, "--child", json.dumps(spec)] + (["--threads", str(threads)] if threads else [])
-    done = subprocess.run(cmd, capture_output=True, text=True)
+    cmd = [sys.executable, "-m", "benchmarks.bench", "--child", json.dumps(spec)] + (["--threads", str(threads)] if threads else [])
+    path = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
+    done = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=path))
     lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
     if done.returncode or not lines:
         raise RuntimeError(f"child {spec} failed ({done.returncode}):\n{done.stdout[-2000:]}\n{done.stderr[-4000:]}")
@@ -369,7 +373,7 @@ def main():
         return allocator_main(args)
     device, threads, began = torch.device(args.device), torch.get_num_threads(), time.perf_counter()
     torch.manual_seed(0)
-    res = {"command": " ".join(["python", "scripts/bench.py", *sys.argv[1:]]), "torch": torch.__version__,
+    res = {"command": " ".join(["python", "-m", "benchmarks.bench", *sys.argv[1:]]), "torch": torch.__version__,
            "lightning": pl.__version__, "device": args.device, "cpu_cores": os.cpu_count(), "torch_threads": threads,
            "bf16": args.bf16, "tf32": args.device == "cuda" and not args.no_tf32, "quick": args.quick, "iw_samples": args.iw_samples, "loadavg_start": os.getloadavg(),
            "allocator": "reuse_freed_memory", "gpu": torch.cuda.get_device_name() if device.type == "cuda" else None}  # fmt: skip

@@ -1,6 +1,6 @@
 """Peak RSS of `seqvae test` against the number of test texts (a benchmark, not a test).
 
-    python scripts/bench_memory.py [--k 100] [--sizes 1000,2000,5000,10000] [--run DIR] [--pythonpath DIR]
+    python -m benchmarks.memory [--k 100] [--sizes 1000,2000,5000,10000] [--run DIR] [--pythonpath DIR]
 
 First trains a throw-away yahoo10k max-pooled checkpoint (emb 64, LSTM 128, z 32, 5,004 ids;
 10 training batches: the trained values do not matter for memory) unless --run names an

@@ -4,7 +4,7 @@ yahoo10k with its own training script, and compare its test numbers with seqvae'
 
 Nothing of the reference's code is kept in this repository: ``yahoo10k`` copies a clean clone
 (``--he``) into a work directory outside the repository, applies the few documented text
-substitutions listed in ``PATCHES`` (each must match its stated number of times, or it stops), writes
+substitutions listed in ``work_copy.HE_PATCHES`` (each must match its stated number of times, or it stops), writes
 a config module ``config/config_yahoo10k.py`` there, writes the yahoo10k split files in the
 format the reference's loader reads (one whitespace-tokenised text per line, words outside
 seqvae's 5,000-word training vocabulary already replaced by ``_UNK``), and runs the reference's
@@ -13,12 +13,12 @@ checkpoint) in a child process with one thread.  When it ends it writes ``metric
 ``per_text.csv``: per-text IW-NLL, observed, not changed, by wrapping ``VAE.nll_iw``) into
 ``--out``.
 
-    python scripts/reference_check.py yahoo10k --he /work/ref/he_clean --seed 1 --he-commit <sha>
+    python -m tools.reference yahoo10k --he /work/ref/he_clean --seed 1 --he-commit <sha>
         --out docs/results/reference_yahoo10k/he/seed1
-    python scripts/reference_check.py compare
+    python -m tools.reference compare
         --ref docs/results/reference_yahoo10k/he --seqvae docs/results/yahoo10k_recipe20/last
-    python scripts/reference_check.py collect --out <run dir>   # metrics.json again from its log
-    python scripts/reference_check.py eval --out <run dir>      # re-test its best checkpoint
+    python -m tools.reference collect --out <run dir>    # metrics.json again from its log
+    python -m tools.reference eval --out <run dir>       # re-test its best checkpoint
                                                                 # with text.py --eval
 
 ``compare`` gives, per metric, the unpaired difference reference - seqvae of the seed means
@@ -43,33 +43,14 @@ import time
 from collections import Counter
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+from tools.reference.work_copy import HE_PATCHES, clone_commit, prepare_work
+
+REPO = Path(__file__).resolve().parents[2]
 DEFAULT_SOURCE = REPO / ".." / "shared" / "data" / "yahoo" / "valid.txt"
 SPLITS = {"train": (1, 8000), "valid": (8001, 9000), "test": (9001, 10000)}  # 1-based, inclusive
 UNK = "_UNK"
 MAX_VOCAB = 5000
 SEQVAE_SPECIALS = ("<pad>", "<s>", "</s>", UNK)
-
-# (file, before, after, expected number of matches, why).  Only what current torch / numpy need; nothing that changes
-# what the reference computes.
-PATCHES = [
-    (
-        "modules/decoders/dec_lstm.py",
-        "self.loss = nn.CrossEntropyLoss(weight=vocab_mask, reduce=False)",
-        "self.loss = nn.CrossEntropyLoss(weight=vocab_mask, reduction='none')",
-        2,
-        "`reduce=` is deprecated since torch 1.0 (warns, slated for removal); "
-        "reduce=False is exactly reduction='none'",
-    ),
-    (
-        "text.py",
-        "id_ = np.random.random_integers(0, len(train_data_batch) - 1)",
-        "id_ = np.random.randint(0, len(train_data_batch))",
-        1,
-        "np.random.random_integers is deprecated; it is randint(low, high + 1), same draws "
-        "(only reached with --aggressive 1, not used here)",
-    ),
-]
 
 # Child process: one thread, observe VAE.nll_iw (per-text IW-NLL), then run text.py as __main__.
 CHILD = r"""
@@ -150,24 +131,6 @@ def write_splits(source: Path, data_dir: Path, limit: int | None) -> dict:
     return stats
 
 
-def prepare_work(he: Path, work: Path) -> list[dict]:
-    if work.exists():
-        shutil.rmtree(work)
-    shutil.copytree(he, work, ignore=shutil.ignore_patterns(".git", "models", "logs", "samples"))
-    applied = []
-    for rel, before, after, count, why in PATCHES:
-        p = work / rel
-        text = p.read_text()
-        n = text.count(before)
-        if n != count:
-            raise SystemExit(f"patch {rel}: expected {count} match(es) of {before!r}, found {n}")
-        lines = [m.start() for m in re.finditer(re.escape(before), text)]
-        lines = [text[:i].count("\n") + 1 for i in lines]
-        p.write_text(text.replace(before, after))
-        applied.append({"file": rel, "lines": lines, "before": before, "after": after, "why": why})
-    return applied
-
-
 def config_module(data_dir: Path, epochs: int) -> tuple[str, dict]:
     params = {
         "enc_type": "lstm",
@@ -185,19 +148,9 @@ def config_module(data_dir: Path, epochs: int) -> tuple[str, dict]:
         "val_data": str(data_dir / "valid.txt"),
         "test_data": str(data_dir / "test.txt"),
     }
-    src = "# written by seqvae scripts/reference_check.py (yahoo10k, seqvae's 20-epoch recipe)\n"
+    src = "# written by seqvae tools/reference/check.py (yahoo10k, seqvae's 20-epoch recipe)\n"
     src += "params = " + json.dumps(params, indent=4) + "\n"
     return src, params
-
-
-def he_commit(he: Path) -> str | None:
-    for cmd in (["git", "-C", str(he), "rev-parse", "HEAD"],):
-        try:
-            return subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.strip()
-        except Exception:
-            pass
-    f = he / "REFERENCE_COMMIT"
-    return f.read_text().strip() if f.exists() else None
 
 
 FLOAT = r"(-?[0-9.]+(?:e[-+]?\d+)?|nan|inf)"
@@ -214,9 +167,9 @@ def run_yahoo10k(a) -> int:
     out.mkdir(parents=True, exist_ok=True)
     work = Path(a.work or f"/work/ref/work/seed{a.seed}").resolve()
     data_dir = Path(a.data_dir).resolve()
-    commit = a.he_commit or he_commit(he)
+    commit = a.he_commit or clone_commit(he)
     stats = write_splits(Path(a.source), data_dir, a.limit_lines)
-    patches = prepare_work(he, work)
+    patches = prepare_work(he, work, HE_PATCHES)
     src, params = config_module(data_dir, a.epochs)
     (work / "config" / "config_yahoo10k.py").write_text(src)
     taskid = a.seed - 1
@@ -543,7 +496,7 @@ def run_compare(a) -> int:
         print(f"| {label} | {r['mean_ref']:.2f} ({r['n_ref']}) | {r['mean_seqvae']:.2f} ({r['n_seqvae']}) | "
               f"{r['diff']:+.2f} [{r['lo']:+.2f}, {r['hi']:+.2f}]{note} | {df} |")
     if a.json:
-        command = "python scripts/reference_check.py " + " ".join(a.argv or sys.argv[1:])
+        command = "python -m tools.reference " + " ".join(a.argv or sys.argv[1:])
         Path(a.json).write_text(json.dumps({"command": command, "rows": rows}, indent=2) + "\n")
     return 0
 
@@ -571,17 +524,9 @@ def main(argv: list[str] | None = None) -> int:
                         ("eval", "re-test the saved best checkpoint with text.py --eval")):
         e = sub.add_parser(name, help=help_)
         e.add_argument("--out", required=True, help="the run's out dir (with its config.json)")
-    sub.add_parser("pin", help="step-for-step pins against He et al.'s and Li et al.'s code (reference_pin.py)", add_help=False)
-    given = argv if argv is not None else sys.argv[1:]
-    if given[:1] == ["pin"]:  # its own options (reference_pin.py); argparse here would refuse them
-        sys.path.insert(0, str(Path(__file__).resolve().parent))
-        import reference_pin
-
-        return reference_pin.main(given[1:])
+    # listed for --help; `python -m tools.reference pin` runs tools/reference/pin.py with its own options
+    sub.add_parser("pin", help="step-for-step pins against He et al.'s and Li et al.'s code (pin.py)", add_help=False)
     a = ap.parse_args(argv)
     a.argv = argv
     return {"yahoo10k": run_yahoo10k, "compare": run_compare, "collect": run_collect, "eval": run_eval}[a.cmd](a)
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,5 +1,5 @@
 """seqvae's side of the reference pins (issue 36): the same small model, weights, batches and noise
-as `scripts/reference_pin.py` gives He et al.'s and Li et al.'s code, run through seqvae's own
+as `tools/reference/pin.py` gives He et al.'s and Li et al.'s code, run through seqvae's own
 training step (Lightning, manual optimisation, the aggressive inner loop) and evaluation path
 (`evaluate_batch` + `EvalMetrics`). Used by the harness (to print reference | seqvae) and by
 `tests/test_reference_pins.py` (to hold seqvae to the numbers in `tests/fixtures/reference/`).
@@ -194,7 +194,7 @@ def train(case: dict, model=None):
         # He et al.'s (and Li et al.'s) decoder embedding is built with padding_idx=-1, meant as "no
         # padding"; PyTorch reads it as row V-1, whose gradient is then always zero: the last word of the
         # vocabulary keeps its initial decoder embedding. Reproduced here (and only here) so that
-        # everything else can be compared exactly; `reference_pin.py` reports the row apart.
+        # everything else can be compared exactly; `pin.py` reports the row apart.
         frozen = torch.tensor(rows)
         hook = model.decoder.embed.weight.register_hook(lambda g: g.index_fill(0, frozen, 0.0))
     inner_steps, decisions = [], []

@@ -11,7 +11,7 @@ import yaml
 from pytorch_lightning.callbacks import ModelCheckpoint
 from pytorch_lightning.cli import SaveConfigCallback
 
-from seqvae.rundir.files import HPARAMS, VOCAB
+from seqvae.store.files import HPARAMS, VOCAB
 
 
 class RunDirConfig(SaveConfigCallback):

@@ -1,4 +1,4 @@
-"""The "peak" of scripts/bench.py: the best GEMM rate of several shapes measured in the same run.
+"""The "peak" of benchmarks/bench.py: the best GEMM rate of several shapes measured in the same run.
 
 A single square 2048³ GEMM was no upper bound: paper-size training and IW-NLL ran at 104.6% and
 108.2% of it (issue 37), since MKL/oneDNN run some shapes faster than that one. So the peak is the

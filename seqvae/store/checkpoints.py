@@ -1,0 +1,79 @@
+"""The one checkpoint loader: `torch.load(weights_only=True)`, which allows, besides tensors and
+plain values, the strategy classes declared in `store.strategies` (the strategy objects of the
+hyper-parameters), under their module paths now and under the flat paths that checkpoints written
+before the subpackages pickled them with (`seqvae.schedules.LinearKLWarmup`). Everything that
+reads a checkpoint comes here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import pickletools
+import zipfile
+from pathlib import Path
+
+import torch
+
+from seqvae.errors import CorpusError
+
+
+def seqvae_modules_named_in(path: str | Path) -> set[str]:
+    """The seqvae modules whose classes the checkpoint at `path` pickled (its GLOBAL opcodes),
+    read without unpickling; empty for a file torch.save did not write (torch.load then names
+    what is wrong with it)."""
+    if not isinstance(path, (str, Path)):
+        return set()  # a file object: read once, by torch.load
+    try:
+        with zipfile.ZipFile(path) as archive:
+            data = archive.read(next(n for n in archive.namelist() if n.endswith("data.pkl")))
+        modules, strings = set(), []
+        for opcode, arg, _ in pickletools.genops(data):
+            if opcode.name == "GLOBAL":
+                modules.add(arg.split(" ")[0])
+            elif opcode.name == "STACK_GLOBAL" and len(strings) >= 2:
+                modules.add(strings[-2])
+            if isinstance(arg, str):
+                strings.append(arg)
+    except Exception:  # noqa: BLE001  (any unreadable file: torch.load's own error is the one reported)
+        return set()
+    return {m for m in modules if m.startswith("seqvae.") and "__main__" not in m}
+
+
+def declare_classes_of(path: str | Path) -> None:
+    """Imports the seqvae modules a checkpoint names, so that their strategy classes declare
+    themselves (and are allowed) before it is read, whichever modules the caller has imported
+    (a caller that imported only this loader included). Only seqvae's own modules are imported,
+    and a class is allowed only if its module declares it."""
+    for module in sorted(seqvae_modules_named_in(path)):
+        with contextlib.suppress(ImportError):  # not a module (a nested class), or gone: torch.load refuses it
+            importlib.import_module(module)
+
+
+def load_checkpoint(path: str | Path, option: str, map_location="cpu", **kwargs) -> dict:
+    """torch.load with weights_only=True: a checkpoint is data, and one that carries anything
+    but tensors, plain values and seqvae's registered classes is refused, in one line naming
+    the option, instead of running the code it pickled."""
+    import pickle
+
+    declare_classes_of(path)
+    try:
+        return torch.load(path, map_location=map_location, weights_only=True, **kwargs)
+    except FileNotFoundError:
+        raise CorpusError(f"{option}: no such checkpoint file {path}") from None
+    except IsADirectoryError:
+        raise CorpusError(f"{option}: {path} is a directory, not a checkpoint file") from None
+    except pickle.UnpicklingError as err:
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise CorpusError(
+            f"{option}: {path}: refused to load (it carries objects other than weights and seqvae's settings; "
+            f"only load checkpoints you trust with torch.load(weights_only=False) yourself): {first}"
+        ) from None
+    except (RuntimeError, EOFError, ValueError):
+        # torch's own text names its zip reader's internals (`PytorchStreamReader failed reading
+        # zip archive: failed finding central directory`), not what is wrong with the file.
+        size = Path(path).stat().st_size
+        raise CorpusError(
+            f"{option}: {path}: not a readable checkpoint ({size} bytes: truncated, or not a file written by "
+            "torch.save / seqvae fit)"
+        ) from None

@@ -1,0 +1,2 @@
+"""The repository's developer tools (not installed with seqvae): run from the repository root,
+`python -m tools.<name> …`."""

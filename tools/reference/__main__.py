@@ -1,0 +1,21 @@
+"""`python -m tools.reference yahoo10k|compare|collect|eval …` (`check`) and `… pin …` (`pin`,
+which reads its own options)."""
+
+from __future__ import annotations
+
+import sys
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["pin"]:
+        from tools.reference import pin
+
+        return pin.main(argv[1:])
+    from tools.reference import check
+
+    return check.main(argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
