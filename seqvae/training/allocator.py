@@ -4,7 +4,7 @@ glibc's malloc serves every block above its mmap threshold (at most 32 MiB when 
 threshold itself) with a fresh mmap, and returns it with munmap on free. A training step of the
 yahoo10k model allocates its logits and their gradients (32 × 80 tokens × 5,004 words ≈ 51 MB
 each) anew at every step, so every step faults in and zeroes ~55k fresh pages: a third of the
-step's CPU time went to the kernel (`python scripts/bench.py --allocator --iw-samples 100`, docs/performance.md).
+step's CPU time went to the kernel (`python -m benchmarks.bench --allocator --iw-samples 100`, docs/performance.md).
 PyTorch's CPU tuning guide fixes this with jemalloc or tcmalloc; the same effect needs no
 dependency: raise the mmap and trim thresholds so freed blocks stay in the heap and are reused.
 The cost is that the process keeps its peak heap until it exits, or until
