@@ -1,6 +1,7 @@
 """Finished runs as `seqvae compare` reads them: a run directory's config.yaml and metrics.json
-(a training run, or its export under docs/results/), the metrics a table shows, and which config
-keys say what a run is (grouping) and which only how it was launched (ignored).
+(a training run, or its export under docs/results/), a metric's values over runs (the metrics
+are declared in seqvae/metric_spec.py), and which config keys say what a run is (grouping) and
+which only how it was launched (ignored).
 """
 
 from __future__ import annotations
