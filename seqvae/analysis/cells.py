@@ -12,7 +12,7 @@ import statistics
 
 from seqvae.analysis.differences import DIFF_KEYS, NOT_COMPARABLE, OTHER_TEXTS, differences, excludes_zero, t975
 from seqvae.analysis.runs import MISSING
-from seqvae.metric_spec import ids, metric
+from seqvae.metric_spec import differenced, metric
 
 UNIT = {"seed": "seed", "text": "text", "welch": "run"}
 REFUSED = " — not differenced: "  # a refused cell's why: "<short> — not differenced: <reason>"
@@ -73,10 +73,12 @@ def ks(runs: list[dict]) -> str:
     return "/".join(map(str, sorted({k for k in map(k_of, runs) if k is not None})))
 
 
-def refuse(diff: dict, short: str, reason: str, metrics: tuple[str, ...] | None = None) -> None:
-    """Marks the differences of `metrics` (default: those K biases, metric_spec's k_biased) as refused."""
-    for mid in ids("k_biased") if metrics is None else metrics:
-        diff[mid] = {"diff": None, "why": f"{short}{REFUSED}{reason}"}
+def refuse(diff: dict, short: str, reason: str, flag: str = "k_biased") -> None:
+    """Refuses the differences of the differenced metrics with `flag` set in metric_spec (default:
+    those the number of importance samples K biases)."""
+    for m in differenced():
+        if getattr(m, flag):
+            diff[m.id] = {"diff": None, "why": f"{short}{REFUSED}{reason}"}
 
 
 def judge(g: dict, base: dict, diff: dict, line: str, allow_mixed_k: bool, resolve: float | None) -> tuple[str, str]:
@@ -95,7 +97,7 @@ def judge(g: dict, base: dict, diff: dict, line: str, allow_mixed_k: bool, resol
                      "so their difference is not the NLL difference (--allow-mixed-k to difference them)")  # fmt: skip
     if other_texts and not allow_mixed_k:
         # means over test texts: a difference of them across different texts is a difference of corpora
-        refuse(diff, "other texts", "tested on different texts", ids("text_mean"))
+        refuse(diff, "other texts", "tested on different texts", "text_mean")
         line += ("; IW-NLL, −ELBO, KL, PPL (means over texts) not differenced on other texts "
                  "(--allow-mixed-k to difference them)")
     needed, wanted = [], []
