@@ -101,6 +101,7 @@ def test_no_import_circle():
 ORDER = [
     "errors",
     "clock",
+    "metric_spec",  # every metric declared once: read from core up
     "options",
     "store",  # the ground floor: run-directory file names, atomic writes, the checkpoint loader, the strategy registry
     "text",

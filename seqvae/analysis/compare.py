@@ -37,7 +37,7 @@ import json
 import sys
 from pathlib import Path
 
-from seqvae.analysis.differences import DIFF_KEYS, DIFF_METRICS, MC_SE, t975  # noqa: F401  (t975: API)
+from seqvae.analysis.differences import DIFF_KEYS, diff_ids, t975  # noqa: F401  (t975: API)
 from seqvae.analysis.labels import (  # noqa: F401  (re-exported: compare's API)
     COMMON_LABEL,
     common_settings_note,
@@ -55,11 +55,6 @@ from seqvae.analysis.plots import plot, read_curves, y_scale  # noqa: F401  (re-
 from seqvae.analysis.run_notes import THREADS_MARK, mixed_threads, provenance_note, retest_note, thread_counts, thread_notes
 from seqvae.analysis.runs import (  # noqa: F401  (re-exported: compare's API)
     BN_MARK,
-    BN_UNRELIABLE,
-    DIGITS,
-    HEADER,
-    KEY,
-    METRICS,
     MISSING,
     CompareError,
     bn_broken,
@@ -84,7 +79,26 @@ from seqvae.analysis.table_cells import (  # noqa: F401  (re-exported: compare's
     seeds_needed,
     stat_cell,
 )
+from seqvae.metric_spec import compared, differenced, ids, metric
 from seqvae.rundir.curves import write_curves  # noqa: F401  (re-exported: compare's API)
+
+# compare's metric lists as named before metric_spec, for code that read them here; built from the
+# spec when asked, so they always agree with it.
+LEGACY_LISTS = {
+    "METRICS": lambda: [(m.id, m.header, m.key, m.digits) for m in compared()],  # (id, header, key, digits)
+    "KEY": lambda: {m.id: m.key for m in compared()},
+    "HEADER": lambda: {m.id: m.header for m in compared()},
+    "DIGITS": lambda: {m.id: m.digits for m in compared()},
+    "DIFF_METRICS": lambda: tuple(diff_ids()),
+    "MC_SE": lambda: {m.id: m.mc_se for m in differenced() if m.mc_se},
+    "BN_UNRELIABLE": lambda: ids("bn_sensitive"),
+}
+
+
+def __getattr__(name: str):
+    if name in LEGACY_LISTS:
+        return LEGACY_LISTS[name]()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def by_config(runs: list[dict]) -> list[dict]:
@@ -121,7 +135,7 @@ def group_runs(
     else:
         config_labels(out)
     for g in out:
-        g["stats"] = {mid: summarize(g["runs"], key) for mid, _, key, _ in METRICS}
+        g["stats"] = {m.id: summarize(g["runs"], m) for m in compared()}
     if label_by == "dir":
         unique_dir_labels(out)
     return out
@@ -171,8 +185,8 @@ def run_json(r: dict) -> dict:
 
 
 def unreliable(*groups: dict) -> tuple[str, ...]:
-    """The metric ids marked † in these groups' cells: BN_UNRELIABLE when a run of any of them broke BN-VAE's bound."""
-    return BN_UNRELIABLE if any(bn_broken(r) for g in groups for r in g["runs"]) else ()
+    """The metric ids marked † in these groups' cells: the bn_sensitive ones when a run of any of them broke BN-VAE's bound."""
+    return ids("bn_sensitive") if any(bn_broken(r) for g in groups for r in g["runs"]) else ()
 
 
 def render_json(groups: list[dict], pairings: list[str], warnings: list[str], resolve: float | None = None) -> str:
@@ -201,16 +215,17 @@ def render_csv(groups: list[dict]) -> str:
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
     with_diff = any(g["baseline"] for g in groups)
-    header = ["label", "n", *(f"{mid}_{s}" for mid, *_ in METRICS for s in ("mean", "std"))]
+    mids, diff_mids = [m.id for m in compared()], diff_ids()
+    header = ["label", "n", *(f"{mid}_{s}" for mid in mids for s in ("mean", "std"))]
     if with_diff:
-        header += ["baseline", "paired_by", *(f"{mid}_diff_{s}" for mid in DIFF_METRICS for s in ("mean", "lo", "hi", "n"))]
+        header += ["baseline", "paired_by", *(f"{mid}_diff_{s}" for mid in diff_mids for s in ("mean", "lo", "hi", "n"))]
     writer.writerow(header)
     for g in groups:
-        stats = [g["stats"][mid][s] for mid, *_ in METRICS for s in ("mean", "std")]
+        stats = [g["stats"][mid][s] for mid in mids for s in ("mean", "std")]
         row = [g["label"], len(g["runs"]), *("" if v is None else repr(v) for v in stats)]
         if with_diff:
             diff = g.get("difference", {})
-            cells = [diff.get(mid, {}).get(s) for mid in DIFF_METRICS for s in ("diff", "lo", "hi", "n")]
+            cells = [diff.get(mid, {}).get(s) for mid in diff_mids for s in ("diff", "lo", "hi", "n")]
             row += [int(g["baseline"]), g.get("paired_by", ""), *("" if v is None else repr(v) for v in cells)]
         writer.writerow(row)
     return buf.getvalue()
@@ -226,15 +241,15 @@ def escape(label: str) -> str:
 
 def render_table(groups: list[dict]) -> list[str]:
     # Markdown is for reading: a metric column no run has (e.g. one added after the runs) is left out.
-    shown = [(mid, h, d) for mid, h, _, d in METRICS if any(g["stats"][mid]["mean"] is not None for g in groups)]
-    headers = [h for mid, h, _ in shown if mid not in ("encoder_updates", "decoder_updates", "train_minutes")]
+    shown = [(m.id, m.header) for m in compared() if any(g["stats"][m.id]["mean"] is not None for g in groups)]
+    headers = [h for mid, h in shown if mid not in ("encoder_updates", "decoder_updates", "train_minutes")]
     headers += ["enc / dec updates", "train minutes"]
     lines = ["| run | n | " + " | ".join(headers) + " |", "|---" * (len(headers) + 2) + "|"]
     for g in groups:
-        cells = {mid: cell(g["stats"][mid], digits, mid in unreliable(g)) for mid, _, _, digits in METRICS}
+        cells = {m.id: cell(g["stats"][m.id], m.digits, m.id in unreliable(g)) for m in compared()}
         updates = f"{cells.pop('encoder_updates')} / {cells.pop('decoder_updates')}"
         minutes = cells.pop("train_minutes")
-        values = [cells[mid] for mid, _, _ in shown if mid in cells]
+        values = [cells[mid] for mid, _ in shown if mid in cells]
         n = f"{len(g['runs'])}{THREADS_MARK * mixed_threads(g)}"
         lines.append(f"| {escape(g['label'])} | {n} | " + " | ".join([*values, updates, minutes]) + " |")
     return lines
@@ -243,9 +258,9 @@ def render_table(groups: list[dict]) -> list[str]:
 def render_differences(groups: list[dict]) -> list[str]:
     base = next(g for g in groups if g["baseline"])
     has = lambda mid: any(g["stats"][mid]["mean"] is not None for g in groups)  # noqa: E731
-    shown = [mid for mid in DIFF_METRICS if mid != "probe_acc" or has(mid)]  # the probe: only where runs were probed
-    se_cols = [se for se in MC_SE.values() if has(se)]
-    headers = [HEADER[mid] for mid in shown] + [HEADER[mid] for mid in se_cols]
+    shown = [m.id for m in differenced() if m.every_run or has(m.id)]  # the probe: only where runs were probed
+    se_cols = [m.mc_se for m in differenced() if m.mc_se and has(m.mc_se)]
+    headers = [metric(mid).header for mid in [*shown, *se_cols]]
     lines = [
         f"Differences to the baseline {escape(base['label'])}: row − baseline, mean [95% interval]; "
         "* the interval excludes 0; n/a: no interval (the line under the table says why). "
@@ -257,13 +272,13 @@ def render_differences(groups: list[dict]) -> list[str]:
     for g in groups:
         marked = unreliable(g, base)  # a difference is marked when either side's runs broke the bound
         if g["baseline"]:
-            cells = [cell(g["stats"][mid], DIGITS[mid], mid in marked) for mid in shown]
+            cells = [cell(g["stats"][mid], metric(mid).digits, mid in marked) for mid in shown]
             label, paired = f"{escape(g['label'])} (baseline)", MISSING
         else:
-            cells = [cell_of(g, base, mid, DIGITS[mid]) for mid in shown]
+            cells = [cell_of(g, base, mid, metric(mid).digits) for mid in shown]
             cells = [c + BN_MARK * (mid in marked and c != MISSING) for mid, c in zip(shown, cells)]
             label, paired = escape(g["label"]), g["paired_by"]
-        cells += [cell(g["stats"][mid], DIGITS[mid]) for mid in se_cols]
+        cells += [cell(g["stats"][mid], metric(mid).digits) for mid in se_cols]
         n = f"{len(g['runs'])}{THREADS_MARK * mixed_threads(g, base)}"
         lines.append(f"| {label} | {n} | {paired} | " + " | ".join(cells) + " |")
     return lines

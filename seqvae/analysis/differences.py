@@ -10,14 +10,9 @@ import csv
 import math
 import statistics
 
-from seqvae.analysis.runs import HEADER, KEY, MISSING, CompareError, texts_digests, value
-from seqvae.rundir.run_files import PER_TEXT_COLUMNS
+from seqvae.analysis.runs import MISSING, CompareError, texts_digests, value
+from seqvae.metric_spec import differenced, metric, per_text_columns
 
-# Metrics that get a difference to the baseline, and the per-text column of those paired by text.
-DIFF_METRICS = ("iw_nll", "neg_elbo", "kl", "mi", "mi_dataset", "au", "iw_ppl", "probe_acc")
-PER_TEXT = {"iw_nll": "iw_nll", "neg_elbo": "neg_elbo", "kl": "kl"}
-# Monte-Carlo standard error of a run's own value (importance / z sampling), when metrics.json has it.
-MC_SE = {"iw_nll": "iw_nll_se", "mi_dataset": "mi_dataset_se"}
 # A difference in JSON: diff (row − baseline), 95% bounds lo/hi, n pairs (texts, seeds) or runs, df of the
 # t quantile, by ("text", "seed", "welch" or None), why there is no interval, MC se of a one-run difference;
 # the seeds a by-seed interval used, whether every paired difference was equal (no spread: no interval to
@@ -75,6 +70,16 @@ def welch_interval(a: list[float], b: list[float]) -> dict:
     return {"diff": diff, "lo": diff - half, "hi": diff + half, "n": len(a) + len(b), "df": math.floor(df)}
 
 
+def diff_ids() -> list[str]:
+    """The metrics that get a difference to the baseline (metric_spec's `differenced`), in order."""
+    return [m.id for m in differenced()]
+
+
+def by_text() -> dict[str, str]:
+    """{metric id: per_text.csv column} of the differenced metrics a one-run pair differences by text."""
+    return {m.id: m.per_text for m in differenced() if m.per_text}
+
+
 def read_per_text(run: dict) -> tuple[dict[int, dict] | None, str]:
     """index -> {column: float} from the run's per-text file; (None, why) when it has none."""
     name = run["metrics"].get("per_text_file")
@@ -86,13 +91,15 @@ def read_per_text(run: dict) -> tuple[dict[int, dict] | None, str]:
     rows: dict[int, dict] = {}
     with open(path, newline="", encoding="utf-8") as f:
         reader = csv.DictReader(f)
-        absent = [c for c in PER_TEXT_COLUMNS if c in ("index", *PER_TEXT.values()) and c not in (reader.fieldnames or [])]
+        paired = by_text()  # the columns a difference by text reads
+        columns = per_text_columns()
+        absent = [c for c in columns if c in ("index", *paired.values()) and c not in (reader.fieldnames or [])]
         if absent:
-            raise CompareError(f"{path}: no column {', '.join(absent)} (expected {','.join(PER_TEXT_COLUMNS)})")
+            raise CompareError(f"{path}: no column {', '.join(absent)} (expected {','.join(columns)})")
         for line, row in enumerate(reader, start=2):
             try:
                 index = int(row["index"])
-                values = {c: float(row[c]) for c in PER_TEXT.values()}
+                values = {c: float(row[c]) for c in paired.values()}
             except (TypeError, ValueError):
                 raise CompareError(f"{path}:{line}: not a number in {dict(row)}") from None
             if index in rows:
@@ -140,7 +147,7 @@ def seeds_text(seeds: list[int]) -> str:
 
 def lacks(a: dict, b: dict, mid: str) -> str:
     """Why a seed's pair has no difference of `mid`: the value each side lacks, as recorded (nan, inf) or missing."""
-    raw = [r["metrics"].get(KEY[mid], MISSING) for r in (a, b) if value(r, mid) is None]
+    raw = [r["metrics"].get(metric(mid).key, MISSING) for r in (a, b) if value(r, mid) is None]
     return "/".join(dict.fromkeys("missing" if v is MISSING or v is None else str(v) for v in raw))
 
 
@@ -148,7 +155,7 @@ def cell_seeds(mid: str, used: list[int], left: list[tuple[int, str]]) -> str:
     """One cell's own n and t where it used fewer seeds than its row: `MI(dataset): n = 2 (seeds 1, 2; ...)`."""
     out = "; ".join(f"seed {s} left out: {why}" for s, why in left)
     t = f", t(0.975, {len(used) - 1}) = {t975(len(used) - 1):.3f}" if len(used) > 1 else ", no interval"
-    return f"{HEADER[mid]}: n = {len(used)} (seed{'s' * (len(used) > 1)} {seeds_text(used)}; {out}){t}"
+    return f"{metric(mid).header}: n = {len(used)} (seed{'s' * (len(used) > 1)} {seeds_text(used)}; {out}){t}"
 
 
 def checkpoint(a: dict, b: dict) -> str:
@@ -171,7 +178,7 @@ def texts_clash(a: list[dict], b: list[dict]) -> str:
 def means_only(g: dict, base: dict, why: str) -> dict:
     """Each metric's difference of the two rows' means, without an interval (`why` says why)."""
     out = {}
-    for mid in DIFF_METRICS:
+    for mid in diff_ids():
         m, bm = g["stats"][mid]["mean"], base["stats"][mid]["mean"]
         out[mid] = {"diff": None if None in (m, bm) else m - bm, "why": why}
     return out
@@ -196,7 +203,7 @@ def differences(g: dict, base: dict) -> tuple[dict, str, str]:
         if clash:
             return not_comparable(g, base, clash)
         cells = []
-        for mid in DIFF_METRICS:
+        for mid in diff_ids():
             used = [s for s in common if value(rmap[s], mid) is not None and value(bmap[s], mid) is not None]
             d = [value(rmap[s], mid) - value(bmap[s], mid) for s in used]
             out[mid] = {**t_interval(d), "by": "seed", "seeds": used} if d else {"diff": None}
@@ -213,7 +220,7 @@ def differences(g: dict, base: dict) -> tuple[dict, str, str]:
         clash = texts_clash(rows, brows)
         if clash:
             return not_comparable(g, base, clash)
-        for mid in DIFF_METRICS:
+        for mid in diff_ids():
             a = [v for v in (value(r, mid) for r in rows) if v is not None]
             b = [v for v in (value(r, mid) for r in brows) if v is not None]
             if len(a) > 1 and len(b) > 1:
@@ -248,12 +255,13 @@ def differences(g: dict, base: dict) -> tuple[dict, str, str]:
     left_out = (f"; {len(others)} run(s) without a partner of the same seed left out "
                 f"(seed{'s' * (len(others) > 1)} {', '.join(others)})") if others else ""  # fmt: skip
     texts, why = texts_pairing(a, b)
+    paired = by_text()
     other_texts = why.startswith(DIFFERENT_TEXTS)  # a Monte-Carlo s.e. beside it would read as its error
-    for mid in DIFF_METRICS:
+    for mid in diff_ids():
         va, vb = value(a, mid), value(b, mid)
-        if mid in PER_TEXT and texts is not None:
+        if mid in paired and texts is not None:
             ta, tb = texts
-            col = PER_TEXT[mid]
+            col = paired[mid]
             d = [ta[i][col] - tb[i][col] for i in sorted(ta) if math.isfinite(ta[i][col]) and math.isfinite(tb[i][col])]
             out[mid] = {**t_interval(d), "by": "text"} if d else {"diff": None, "why": f"{col} is nan for every text"}
             continue
@@ -262,7 +270,7 @@ def differences(g: dict, base: dict) -> tuple[dict, str, str]:
             "n": 1,
             "why": NOT_COMPARABLE if other_texts else "one run per side",
         }
-        se = MC_SE.get(mid)
+        se = metric(mid).mc_se
         if se and not other_texts and None not in (value(a, se), value(b, se)):
             out[mid]["mc_se"] = math.hypot(value(a, se), value(b, se))
     head = f"{which} vs {blabel} {bwhich}"

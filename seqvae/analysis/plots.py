@@ -12,17 +12,15 @@ import textwrap
 from pathlib import Path
 
 from seqvae.analysis.differences import t975
+from seqvae.metric_spec import SPEC, Metric
 from seqvae.store.files import CURVES
 
-# (metrics.json key, title) of the bar chart's panels; a panel no row has is left out
-FINAL_METRICS = [
-    ("test/iw_nll", "IW-NLL"),
-    ("test/kl", "KL"),
-    ("test/mi_dataset", "MI(dataset)"),
-    ("test/au", "AU"),
-    ("test/feature_cos", "feature cos"),
-]
 LABEL_WIDTH = 38  # characters per line of a wrapped row label
+
+
+def final_metrics() -> list[Metric]:
+    """The bar chart's panels (metric_spec's `bar`), in order; a panel no row has is left out."""
+    return [m for m in SPEC if m.bar]
 
 
 def read_curves(path: Path) -> dict[str, dict[float, float]]:
@@ -108,8 +106,8 @@ def bar_figure(groups: list[dict]):
     error bars are the 95% t-interval of the mean over the group's runs (none for one run)."""
     from matplotlib.figure import Figure
 
-    panels = [(key, title, final_values(groups, key)) for key, title in FINAL_METRICS]
-    panels = [p for p in panels if any(p[2])]
+    panels = [(spec, final_values(groups, spec.key)) for spec in final_metrics()]
+    panels = [p for p in panels if any(p[1])]
     if not panels:
         return None
     labels = [wrap(f"{g['label']} (n={len(g['runs'])})") for g in groups]
@@ -117,16 +115,16 @@ def bar_figure(groups: list[dict]):
     fig = Figure(figsize=(3.2 * len(panels) + 3.5, height))
     axes = fig.subplots(1, len(panels), sharey=True, squeeze=False)[0]
     ys = list(range(len(groups)))
-    for ax, (_, title, values) in zip(axes, panels):
+    for ax, (spec, values) in zip(axes, panels):
         stats = [mean_interval(v) if v else (math.nan, 0.0) for v in values]
         ax.barh(ys, [m for m, _ in stats], xerr=[h for _, h in stats], capsize=3, color="C0", alpha=0.8)
         finite = [m for m, _ in stats if math.isfinite(m)]
-        if title == "IW-NLL" and finite:  # bars from 0 would hide differences of a few nats in ~400
+        if spec.bar_zoom and finite:  # bars from 0 would hide differences of a few nats in ~400
             lo = min(m - h for m, h in stats if math.isfinite(m))
             hi = max(m + h for m, h in stats if math.isfinite(m))
             pad = max(0.1 * (hi - lo), 0.5)
             ax.set_xlim(lo - pad, hi + pad)
-        ax.set_title(title)
+        ax.set_title(spec.header)
         ax.grid(axis="x", alpha=0.3)
     axes[0].set_yticks(ys, labels, fontsize="small")
     axes[0].invert_yaxis()  # first row on top, as in the table

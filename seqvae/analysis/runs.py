@@ -1,6 +1,7 @@
 """Finished runs as `seqvae compare` reads them: a run directory's config.yaml and metrics.json
-(a training run, or its export under docs/results/), the metrics a table shows, and which config
-keys say what a run is (grouping) and which only how it was launched (ignored).
+(a training run, or its export under docs/results/), a metric's values over runs (the metrics
+are declared in seqvae/metric_spec.py), and which config keys say what a run is (grouping) and
+which only how it was launched (ignored).
 """
 
 from __future__ import annotations
@@ -15,37 +16,11 @@ from pathlib import Path
 
 import yaml
 
+from seqvae.metric_spec import Metric, mc_se_keys, metric
 from seqvae.store.files import CONFIG
 from seqvae.store.files import METRICS as METRICS_FILE
 from seqvae.text.splits import fold_split_keys
 
-# (id used in CSV/JSON, markdown header, metrics.json key, digits)
-METRICS = [
-    ("iw_nll", "IW-NLL", "test/iw_nll", 2),
-    ("iw_nll_se", "IW-NLL MC se", "test/iw_nll_se", 2),
-    ("neg_elbo", "−ELBO", "test/loss", 2),
-    ("kl", "KL", "test/kl", 2),
-    ("mi", "MI", "test/mi", 2),
-    ("mi_dataset", "MI(dataset)", "test/mi_dataset", 2),
-    ("mi_dataset_se", "MI(dataset) MC se", "test/mi_dataset_se", 3),
-    ("au", "AU", "test/au", 1),
-    ("feature_cos", "feature cos", "test/feature_cos", 4),
-    ("feature_ev1", "feature EV1", "test/feature_ev1", 3),
-    ("feature_ev3", "feature EV3", "test/feature_ev3", 3),
-    ("feature_erank", "feature erank", "test/feature_erank", 1),
-    ("mu_erank", "μ erank", "test/mu_erank", 1),
-    ("iw_ppl", "PPL", "test/iw_ppl", 1),
-    # `seqvae probe`: held-out accuracy of a label probe on the means, 2000 labelled texts, and the
-    # majority class's (what a z that knows nothing of the label scores)
-    ("probe_acc", "probe acc", "probe/acc_n2000", 3),
-    ("probe_majority", "majority", "probe/majority", 3),
-    ("encoder_updates", "enc updates", "encoder_updates", 0),
-    ("decoder_updates", "dec updates", "decoder_updates", 0),
-    ("train_minutes", "train minutes", "fit_seconds", 1),
-]
-KEY = {mid: key for mid, _, key, _ in METRICS}
-HEADER = {mid: header for mid, header, _, _ in METRICS}
-DIGITS = {mid: digits for mid, _, _, digits in METRICS}
 # model.init_encoder_from names the stage-1 run of the same seed (freebits after autoencoder).
 # The others change how a run is saved, launched or used after training, never its numbers;
 # runs written before they existed must still group with runs written after.
@@ -224,21 +199,23 @@ def texts_digests(runs: list[dict]) -> list[str]:
 
 
 def value(run: dict, mid: str) -> float | None:
-    v = run["metrics"].get(KEY[mid])
+    m = metric(mid)
+    v = run["metrics"].get(m.key)
     if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v):
         return None
-    return v / 60 if mid == "train_minutes" else float(v)
+    return v / m.divide_by if m.divide_by != 1 else float(v)
 
 
-def summarize(runs: list[dict], key: str) -> dict:
-    """Mean and s.d. over the runs' finite values of `key`; "n" (the runs that have one) when some
-    lack it, and "nonfinite" (how many runs record NaN/inf, left out) when any do."""
+def summarize(runs: list[dict], m: Metric) -> dict:
+    """Mean and s.d. over the runs' finite values of metric `m`; "n" (the runs that have one) when
+    some lack it, and "nonfinite" (how many runs record NaN/inf, left out) when any do."""
+    key = m.key
     numbers = [r["metrics"][key] for r in runs if isinstance(r["metrics"].get(key), (int, float))]
     values = [float(v) for v in numbers if not isinstance(v, bool) and math.isfinite(v)]
     bad = len(numbers) - len(values)
-    if key == "fit_seconds":
-        values = [v / 60 for v in values]
-    if key.endswith("_se"):  # a run's Monte-Carlo s.e.: its root mean square over the row's runs
+    if m.divide_by != 1:
+        values = [v / m.divide_by for v in values]
+    if key in mc_se_keys():  # a run's Monte-Carlo s.e.: its root mean square over the row's runs
         out = {"mean": math.sqrt(statistics.fmean(v * v for v in values)) if values else None, "std": None}
     else:
         out = {"mean": statistics.fmean(values) if values else None, "std": statistics.stdev(values) if len(values) > 1 else None}
@@ -292,9 +269,8 @@ def test_texts_notes(groups: list[dict]) -> list[str]:
 
 # ---------------------------------------------------------------- BN-VAE runs whose bound broke
 
-# The metrics of the posterior means that BN-VAE's BatchNorm feeds; in a run whose bound broke
-# (metrics.json `bn_bound`, `seqvae/bn_bound.py`) they are not BN-VAE's and are marked.
-BN_UNRELIABLE = ("iw_nll", "neg_elbo", "kl", "mi", "mi_dataset", "au", "mu_erank", "iw_ppl")
+# The metrics of the posterior means that BN-VAE's BatchNorm feeds (metric_spec's bn_sensitive): in
+# a run whose bound broke (metrics.json `bn_bound`, `seqvae/bn_bound.py`) they are not BN-VAE's and are marked.
 BN_MARK = "†"
 
 

@@ -11,12 +11,9 @@ import math
 import statistics
 
 from seqvae.analysis.differences import DIFF_KEYS, NOT_COMPARABLE, OTHER_TEXTS, differences, excludes_zero, t975
-from seqvae.analysis.runs import HEADER, MISSING
+from seqvae.analysis.runs import MISSING
+from seqvae.metric_spec import differenced, metric
 
-COUNTS = ("au",)  # metrics that count (active units): their differences are counts of units
-IW_METRICS = ("iw_nll", "iw_ppl")  # what the number of importance samples K biases
-# means over test texts: a difference of them across different texts is a difference of corpora
-PER_TEXT_METRICS = ("iw_nll", "neg_elbo", "kl", "iw_ppl")
 UNIT = {"seed": "seed", "text": "text", "welch": "run"}
 REFUSED = " — not differenced: "  # a refused cell's why: "<short> — not differenced: <reason>"
 Z975 = statistics.NormalDist().inv_cdf(0.975)
@@ -76,9 +73,12 @@ def ks(runs: list[dict]) -> str:
     return "/".join(map(str, sorted({k for k in map(k_of, runs) if k is not None})))
 
 
-def refuse(diff: dict, short: str, reason: str, metrics: tuple[str, ...] = IW_METRICS) -> None:
-    for mid in metrics:
-        diff[mid] = {"diff": None, "why": f"{short}{REFUSED}{reason}"}
+def refuse(diff: dict, short: str, reason: str, flag: str = "k_biased") -> None:
+    """Refuses the differences of the differenced metrics with `flag` set in metric_spec (default:
+    those the number of importance samples K biases)."""
+    for m in differenced():
+        if getattr(m, flag):
+            diff[m.id] = {"diff": None, "why": f"{short}{REFUSED}{reason}"}
 
 
 def judge(g: dict, base: dict, diff: dict, line: str, allow_mixed_k: bool, resolve: float | None) -> tuple[str, str]:
@@ -96,7 +96,8 @@ def judge(g: dict, base: dict, diff: dict, line: str, allow_mixed_k: bool, resol
                      "of IW-NLL (−ELBO − IW-NLL shrinks with K by a model-dependent amount) differs between the sides, "
                      "so their difference is not the NLL difference (--allow-mixed-k to difference them)")  # fmt: skip
     if other_texts and not allow_mixed_k:
-        refuse(diff, "other texts", "tested on different texts", PER_TEXT_METRICS)
+        # means over test texts: a difference of them across different texts is a difference of corpora
+        refuse(diff, "other texts", "tested on different texts", "text_mean")
         line += ("; IW-NLL, −ELBO, KL, PPL (means over texts) not differenced on other texts "
                  "(--allow-mixed-k to difference them)")
     needed, wanted = [], []
@@ -106,8 +107,8 @@ def judge(g: dict, base: dict, diff: dict, line: str, allow_mixed_k: bool, resol
         if s is not None:
             d["seeds_needed"] = seeds_needed(d["diff"], s)
             d["seeds_needed_resolve"] = seeds_needed(resolve, s) if resolve is not None else None
-            needed += [f"{HEADER[mid]} {d['seeds_needed']}"] if d["seeds_needed"] else []
-            wanted += [f"{HEADER[mid]} {d['seeds_needed_resolve']}"] if d["seeds_needed_resolve"] else []
+            needed += [f"{metric(mid).header} {d['seeds_needed']}"] if d["seeds_needed"] else []
+            wanted += [f"{metric(mid).header} {d['seeds_needed_resolve']}"] if d["seeds_needed_resolve"] else []
         diff[mid] = {**DIFF_KEYS, **d, "excludes_zero": None if d["degenerate"] else excludes_zero(d)}
     if resolve is None:  # the compact line of add_differences names this row's SEEDS_METRIC figure
         return line, ""
@@ -139,13 +140,14 @@ def add_differences(groups: list[dict], allow_mixed_k: bool = False, resolve: fl
     compact = [f"{g['label']} {g['difference'][SEEDS_METRIC]['seeds_needed']}" for g in groups
                if g is not base and g["difference"][SEEDS_METRIC].get("seeds_needed")]  # fmt: skip
     if resolve is None and compact:
-        seeds_lines = [f"{COMPACT_SEEDS.format(HEADER[SEEDS_METRIC])}: {', '.join(compact)}"]
+        seeds_lines = [f"{COMPACT_SEEDS.format(metric(SEEDS_METRIC).header)}: {', '.join(compact)}"]
     notes = [BY_TEXT_NOTE] * by_text + [DEGENERATE_NOTE] * flat + [SEEDS_NOTE] * (bool(seeds_lines) and resolve is not None)
     return [f"{', '.join(labels)}: {line}" for line, labels in lines.items()] + seeds_lines + notes
 
 
 def number(x: float, digits: int, mid: str) -> str:
-    return f"{x:+.0f}" if mid in COUNTS and float(x).is_integer() else f"{x:+.{digits}f}"
+    counts = mid and metric(mid).count  # differences of a count (active units) are counts of units
+    return f"{x:+.0f}" if counts and float(x).is_integer() else f"{x:+.{digits}f}"
 
 
 def diff_cell(d: dict | None, digits: int, mid: str = "", row_n: int | None = None, star: bool = True) -> str:

@@ -15,6 +15,7 @@ import warnings
 import pytorch_lightning as pl
 import torch
 
+from seqvae.core import chunking
 from seqvae.core.aggressive import AggressiveTraining
 from seqvae.core.bn_bound import BNBoundCheck
 from seqvae.core.evaluation import EvalNoise, evaluate_batch, iw_chunk
@@ -29,7 +30,6 @@ from seqvae.core.transformer import TransformerEncoder
 from seqvae.errors import ConfigError
 from seqvae.options import MODEL_OPTIONS, check_option, check_strategy
 from seqvae.text.corpus import PAD_ID, UNK_ID, Vocabulary
-from seqvae.core import chunking
 from seqvae.training.callbacks import EvalMemory, ExactResume, FitClock
 from seqvae.training.host_reads import DeferredFiniteCheck, logging_now
 from seqvae.training.log_lines import EpochMean

@@ -10,6 +10,7 @@ import json
 import sys
 from pathlib import Path
 
+from seqvae.metric_spec import TEST, undeclared
 from seqvae.rundir.provenance import provenance
 from seqvae.rundir.run_files import (
     drop_empty_event_files,
@@ -36,7 +37,11 @@ def write_test_results(trainer, model, datamodule, seed_everything, command_line
         return
     run_dir = Path(log_dir)
     m = model
-    metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("test/")}
+    metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith(TEST)}
+    unknown = undeclared(metrics)  # kept all the same: a computed number is never dropped
+    if unknown:
+        print(f"seqvae: warning: {', '.join(unknown)} not declared in seqvae/metric_spec.py: in {METRICS}, but compare, "
+              "its plots and TensorBoard's HPARAMS do not show them", file=sys.stderr)  # fmt: skip
     metrics.update({"best_updates": m.num_updates, "iw_samples": m.hparams.test_iw_samples, **extra})
     metrics["data"] = datamodule.summary()
     metrics["test_texts_sha256"] = metrics["data"]["test"]["sha256"]
@@ -61,7 +66,7 @@ def write_test_results(trainer, model, datamodule, seed_everything, command_line
     width = max(len(k) for k in metrics)
     print(f"seqvae: wrote {path}")
     for k, v in sorted(metrics.items()):
-        if k.startswith("test/"):
+        if k.startswith(TEST):
             print(f"  {k:<{width}}  {v:.4f}")
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from seqvae.metric_spec import PER_TEXT_LEAD, SPEC, per_text_columns
 from seqvae.store.files import atomic_write_text
 
 
@@ -72,9 +73,6 @@ def run_hparams(model, seed) -> dict:
     }
 
 
-HPARAM_METRICS = ("test/iw_nll", "test/loss", "test/kl", "test/mi", "test/mi_dataset", "test/au", "test/feature_cos")
-
-
 def log_hparams(logger, params: dict, metrics: dict) -> None:
     """Writes the hparams plugin's records into the run's TensorBoard events: its settings, and
     which test scalars (already in the events) are its metrics. Directly, not through
@@ -84,25 +82,25 @@ def log_hparams(logger, params: dict, metrics: dict) -> None:
     experiment = getattr(logger, "experiment", None)
     if experiment is None or not hasattr(experiment, "_get_file_writer"):
         return
-    shown = {k: metrics[k] for k in HPARAM_METRICS if k in metrics}
+    shown = {m.key: metrics[m.key] for m in SPEC if m.hparam and m.key in metrics}  # metric_spec's `hparam`
     writer = experiment._get_file_writer()
     for summary in hparams(params, shown):
         writer.add_summary(summary)
     experiment.flush()
 
 
-PER_TEXT_COLUMNS = ("index", "line", "tokens", "neg_elbo", "kl", "iw_nll", "iw_se")  # per_text.csv, as compare reads it
-
-
 def per_text_csv(rows: dict, line_numbers: list[int], labels: list[str | None] | None = None) -> str:
     """One row per test text, by position in the test split: its line in the test file, its
-    predicted tokens, −ELBO and KL (one z sample), IW-NLL and the IW-NLL's Monte-Carlo s.e.; and
-    its label, last, where the test file has labels (`data.label_column`)."""
+    predicted tokens, then the per-text metrics (metric_spec's `per_text`: −ELBO and KL of one z
+    sample, IW-NLL and the IW-NLL's Monte-Carlo s.e., ...); and its label, last, where the test
+    file has labels (`data.label_column`). `rows`: EvalMetrics.per_text_rows()."""
     labelled = labels is not None and any(label is not None for label in labels)
-    out = [",".join(PER_TEXT_COLUMNS + ("label",) * labelled)]
-    cols = [rows[k].tolist() for k in ("index", "tokens", "neg_elbo", "kl", "iw_nll", "iw_se")]
-    for i, tokens, neg_elbo, kl, iw, se in zip(*cols):
-        row = f"{int(i)},{line_numbers[int(i)]},{int(tokens)},{neg_elbo:.6f},{kl:.6f},{iw:.6f},{se:.6f}"
+    columns = per_text_columns()
+    out = [",".join(columns + ("label",) * labelled)]
+    values = columns[len(PER_TEXT_LEAD) :]
+    cols = [rows[k].tolist() for k in ("index", "tokens", *values)]
+    for i, tokens, *metric_values in zip(*cols):
+        row = ",".join([f"{int(i)},{line_numbers[int(i)]},{int(tokens)}", *(f"{v:.6f}" for v in metric_values)])
         out.append(row + (f",{csv_field(labels[int(i)] or '')}" if labelled else ""))
     return "\n".join(out) + "\n"
 
