@@ -38,6 +38,8 @@ def init_weights(module: nn.Module, init: Init = "reference") -> None:
     for m in module.modules():
         if isinstance(m, nn.Embedding):
             nn.init.uniform_(m.weight, -0.1, 0.1)
+        elif hasattr(m, "init_own_parameters"):  # a module with its own initial values in both schemes (a planar flow's N(0, I))
+            m.init_own_parameters()
 
 
 class LSTMEncoder(PosteriorEncoder):
