@@ -20,13 +20,8 @@ from torch import nn
 from seqvae.core.gaussian import DiagonalGaussian, log_standard_normal
 from seqvae.core.posteriors import Posterior
 from seqvae.core.wae_rnf import CentresPenalty, MMDPenalty
-from seqvae.errors import ConfigError
 from seqvae.options import NON_NEGATIVE, check_strategy
 
-BN_VAE_WITH_FLOW = (
-    "model.bn_gamma: BN-VAE's norm acts on the posterior means, which PlanarFlowPosterior keeps before its flow; "
-    "set model.bn_gamma null (the flow posterior has its own BatchNorm option, batch_norm: true)"
-)
 
 
 def planar_u_hat(u: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
@@ -121,6 +116,7 @@ class PlanarFlowPosterior(Posterior):
     """
 
     per_dimension_kl = False
+    bn_vae = False  # its `mean` is f(mu), after the flow: use its own BatchNorm option (batch_norm)
     option_ranges = {"flows": NON_NEGATIVE}
 
     def __init__(self, flows: int = 1, batch_norm: bool = False, mmd: MMDPenalty | None = None,
@@ -183,9 +179,6 @@ class PlanarFlowGaussian:
 
     def params(self) -> tuple[torch.Tensor, torch.Tensor]:
         return self.base.params()
-
-    def with_mean(self, mean: torch.Tensor):
-        raise ConfigError(BN_VAE_WITH_FLOW)
 
     def _flow_draw(self, k: int, generator=None) -> FlowDraw:
         z0 = self.base.sample(k, generator)

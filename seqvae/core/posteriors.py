@@ -33,6 +33,7 @@ class Posterior:
     (checkpoints may carry them; configs name them `class_path: seqvae.<Name>`)."""
 
     per_dimension_kl = True
+    bn_vae = True  # BN-VAE's norm (model.bn_gamma) may act on its means (`with_mean`)
 
     def layer(self, feature_dim: int, latent_dim: int) -> nn.Module:
         raise NotImplementedError
