@@ -15,6 +15,7 @@ TOOLS = {
     "export": ("rundir.export", "copy a run's small result files (config, metrics, per-text, curves)"),
     "probe": ("analysis.probe", "what z knows: a logistic-regression probe of the posterior means on the texts' labels"),
     "diagnose": ("diagnostics", "is the encoder learning? weight and gradient norms, feature spread"),
+    "rnf-nll": ("rnf_diagnostics", "WAE-RNF: the correct IW-NLL beside the reference's defective estimator, same draws"),
     "download": ("text.download", "fetch the Yahoo / Yelp / PTB corpora (needs a network)"),
 }
 USAGE = """usage: seqvae SUBCOMMAND [options]     (seqvae SUBCOMMAND --help for each one's options)

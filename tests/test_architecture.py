@@ -113,6 +113,7 @@ ORDER = [
     "cli",
     "experiments",  # `sweep` checks a grid's arguments with the CLI's parser
     "diagnostics",
+    "rnf_diagnostics",  # `seqvae rnf-nll`: a command beside diagnose
     "commands",
     "__main__",
     "seqvae",

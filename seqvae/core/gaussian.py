@@ -31,7 +31,7 @@ class DiagonalGaussian:
     """q(z|x) = N(mu, diag σ²) for a batch of texts (`GaussianPosterior`): mu, logvar (B, Z).
 
     The interface every posterior's batch object has (`posteriors.py`): `mean` (B, Z), `params()`,
-    `sample(k)` (B, K, Z) reparameterised, `log_prob(z)` (B, K), `kl()` (B,) against N(0, I),
+    `sample(k)` (B, K, Z) reparameterised, `log_prob(z)` (B, K), `draw(k)` (z and log q), `base`, `kl()` (B,) against N(0, I),
     `kl_terms()` (what a KL penalty gets: per dimension here), `marginal_kl()` (B, Z), `neg_entropy()`
     (B,), `double()`, `rows()`/`from_rows()` (the per-text parameters a dataset pool keeps) and
     `log_mixture(z, kernel)` (the cross-densities of MI, through the diagonal-mixture `kernel`)."""
@@ -56,6 +56,16 @@ class DiagonalGaussian:
 
     def log_prob(self, z: torch.Tensor) -> torch.Tensor:
         return log_normal(z, self.mu, self.logvar)
+
+    def draw(self, k: int, generator=None) -> tuple[torch.Tensor, torch.Tensor]:
+        """`sample(k)` and its log q (IW-NLL's weights; a flow's log q needs the draw's pre-flow z)."""
+        z = self.sample(k, generator)
+        return z, self.log_prob(z)
+
+    @property
+    def base(self) -> DiagonalGaussian:
+        """What AU and MI measure: the posterior itself (a flow's: its Gaussian before the flow)."""
+        return self
 
     def kl_terms(self) -> torch.Tensor:
         """KL(N(mu, σ²) ‖ N(0, I)) per dimension, closed form: (B, Z) (`losses.gaussian_kl`)."""

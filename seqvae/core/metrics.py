@@ -28,11 +28,11 @@ def posterior_iw_log_weights(log_likelihood: LogLikelihood, q, n_samples: int, c
     `q` (`posteriors.py`), decoded `chunk` samples at a time (the decoder batch is B·chunk
     sequences): (B, K). All K·B·Z noise values are drawn at once, so the samples (and the
     estimate) do not depend on `chunk`."""
-    z_all = q.sample(n_samples, generator)  # (B, K, Z)
+    z_all, log_q = q.draw(n_samples, generator)  # (B, K, Z), (B, K): a flow's log q needs its pre-flow draws
     out = []
     for start in range(0, n_samples, chunk):
         z = z_all[:, start : start + chunk]
-        out.append(log_likelihood(z) + log_standard_normal(z) - q.log_prob(z))
+        out.append(log_likelihood(z) + log_standard_normal(z) - log_q[:, start : start + chunk])
     return torch.cat(out, dim=1)
 
 
@@ -301,7 +301,7 @@ class EvalMetrics(Metric):
             self.text_tokens.append(n_tokens.detach().long())
         if posterior is None and mu is None:
             return
-        q = posterior if posterior is not None else DiagonalGaussian(mu, logvar)
+        q = (posterior if posterior is not None else DiagonalGaussian(mu, logvar)).base  # a flow's: before it (SPEC §12.6)
         q64 = q.double()
         mu64 = q64.mean
         self.mu_sum += mu64.sum(0)

@@ -25,6 +25,7 @@ from seqvae.core.losses import KLPenalty, Regularizer, StandardKL
 from seqvae.core.metrics import EvalMetrics
 from seqvae.core.networks import Init, LSTMDecoder, Pooling, encoder_optimizer, make_encoder, pretrained_encoder
 from seqvae.core.posteriors import Posterior
+from seqvae.core import planar_flow  # noqa: F401  (declares PlanarFlowPosterior: `class_path: seqvae.PlanarFlowPosterior`)
 from seqvae.core.schedules import KLSchedule, LinearKLWarmup
 from seqvae.core.transformer import TransformerEncoder
 from seqvae.errors import ConfigError
@@ -203,10 +204,10 @@ class SeqVAE(pl.LightningModule):
         kl_dims = q.kl_terms()  # (B, Z), or (B, 1) for a posterior whose KL does not split over dimensions
         loss = (rec + kl_weight * self.kl_penalty(kl_dims)).mean()
         terms = {"rec": rec.mean().detach(), "kl": kl_dims.sum(-1).mean().detach()}
-        for reg in self.regularizers:
-            value = reg(h)
+        extra = {reg.name: reg(h) for reg in self.regularizers} | self.encoder.posterior.training_terms(q, kl_weight)
+        for name, value in extra.items():  # the posterior's own terms (e.g. WAE-RNF's MMD) after the regularisers
             loss = loss + value
-            terms[reg.name] = value.detach()
+            terms[name] = value.detach()
         terms["loss"] = loss
         return terms
 

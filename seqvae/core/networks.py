@@ -38,6 +38,8 @@ def init_weights(module: nn.Module, init: Init = "reference") -> None:
     for m in module.modules():
         if isinstance(m, nn.Embedding):
             nn.init.uniform_(m.weight, -0.1, 0.1)
+        elif hasattr(m, "init_own_parameters"):  # a module with its own initial values in both schemes (a planar flow's N(0, I))
+            m.init_own_parameters()
 
 
 class LSTMEncoder(PosteriorEncoder):
@@ -91,6 +93,8 @@ def make_encoder(encoder, feature_norm, h, posterior=None, kl_penalty=None) -> t
         return None, h.encoder_hidden_dim or h.hidden_dim
     posterior = posterior or GaussianPosterior()
     posterior.check_penalty(kl_penalty)
+    if h.bn_gamma is not None and not posterior.bn_vae:
+        raise ConfigError(f"model.bn_gamma: BN-VAE's norm is not defined for model.posterior {type(posterior).__name__}; set it null")
     args = (h.latent_dim, h.pooling, h.bn_gamma, h.bn_eps, h.init, posterior)
     if encoder is not None:
         net = encoder.build(h.vocab_size, *args)

@@ -32,6 +32,7 @@ class Posterior:
     (checkpoints may carry them; configs name them `class_path: seqvae.<Name>`)."""
 
     per_dimension_kl = True
+    bn_vae = True  # BN-VAE's norm (model.bn_gamma) may act on its means (`with_mean`)
 
     def layer(self, feature_dim: int, latent_dim: int) -> nn.Module:
         raise NotImplementedError
@@ -40,6 +41,11 @@ class Posterior:
         """The batch's posteriors from features h (B, H), in fp32 (the densities need more than
         bf16's 3 significant digits; a no-op in fp32)."""
         raise NotImplementedError
+
+    def training_terms(self, q, kl_weight: float) -> dict:
+        """The family's own training-loss terms besides rec + w·KL, by name (none here;
+        `planar_flow.PlanarFlowPosterior`: WAE-RNF's MMD and centres penalty)."""
+        return {}
 
     def check_penalty(self, kl_penalty) -> None:
         if not self.per_dimension_kl and getattr(kl_penalty, "per_dimension", False):
@@ -108,6 +114,14 @@ class FullCovGaussian:
         mu = self.mu
         eps = torch.randn((mu.size(0), k, mu.size(1)), generator=generator, device=mu.device, dtype=mu.dtype)
         return mu.unsqueeze(1) + eps @ self.L.T
+
+    def draw(self, k: int, generator=None) -> tuple[torch.Tensor, torch.Tensor]:
+        z = self.sample(k, generator)
+        return z, self.log_prob(z)
+
+    @property
+    def base(self) -> FullCovGaussian:
+        return self
 
     def log_prob(self, z: torch.Tensor) -> torch.Tensor:
         u = self.whiten(z - self.mu.unsqueeze(1))

@@ -77,3 +77,30 @@ class CyclicalKL(KLSchedule):
         period = max_epochs * updates_per_epoch / self.cycles
         phase = (update % period) / period
         return min(1.0, phase / self.ratio)
+
+
+class CappedKLWarmup(KLSchedule):
+    """A linear warm-up in (fractional) epochs, after a delay, capped below 1: before update u
+    (0-based) of E updates per epoch, w = min(max_weight, start + (1 − start)·clip((u/E − delay)/warmup, 0, 1)).
+    WAE-RNF's (Wang & Wang 2019; SPEC §12.4): start 0, delay 3, warmup 20, max_weight 0.8, in its
+    2000-batch epochs (w = clip((t − 6000)/40000, 0, 1), capped at 0.8: it never reaches 1).
+
+    Args:
+        start: Weight from the first update until the delay has passed.
+        delay_epochs: Epochs before the weight starts to rise.
+        warmup_epochs: Epochs over which it would rise from `start` to 1 (0: at once).
+        max_weight: The cap.
+    """
+
+    option_ranges = {"start": PROBABILITY, "delay_epochs": NON_NEGATIVE, "warmup_epochs": NON_NEGATIVE,
+                     "max_weight": PROBABILITY}  # fmt: skip
+
+    def __init__(self, start: float = 0.0, delay_epochs: float = 3.0, warmup_epochs: float = 20.0, max_weight: float = 0.8):
+        self.start, self.delay_epochs, self.warmup_epochs, self.max_weight = start, delay_epochs, warmup_epochs, max_weight
+
+    def weight(self, update: int, updates_per_epoch: int, max_epochs: int) -> float:
+        elapsed = update / updates_per_epoch - self.delay_epochs
+        rise = 1.0 if self.warmup_epochs <= 0 else min(1.0, max(0.0, elapsed / self.warmup_epochs))
+        if self.warmup_epochs <= 0 and elapsed < 0:
+            rise = 0.0
+        return min(self.max_weight, self.start + (1.0 - self.start) * rise)
