@@ -15,7 +15,10 @@ import warnings
 import pytorch_lightning as pl
 import torch
 
-from seqvae.core import chunking
+from seqvae.core import (
+    chunking,
+    planar_flow,  # noqa: F401  (declares PlanarFlowPosterior: `class_path: seqvae.PlanarFlowPosterior`)
+)
 from seqvae.core.aggressive import AggressiveTraining
 from seqvae.core.bn_bound import BNBoundCheck
 from seqvae.core.evaluation import EvalNoise, evaluate_batch, iw_chunk
@@ -25,7 +28,6 @@ from seqvae.core.losses import KLPenalty, Regularizer, StandardKL
 from seqvae.core.metrics import EvalMetrics
 from seqvae.core.networks import Init, LSTMDecoder, Pooling, encoder_optimizer, make_encoder, pretrained_encoder
 from seqvae.core.posteriors import Posterior
-from seqvae.core import planar_flow  # noqa: F401  (declares PlanarFlowPosterior: `class_path: seqvae.PlanarFlowPosterior`)
 from seqvae.core.schedules import KLSchedule, LinearKLWarmup
 from seqvae.core.transformer import TransformerEncoder
 from seqvae.errors import ConfigError

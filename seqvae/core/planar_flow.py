@@ -23,7 +23,6 @@ from seqvae.core.wae_rnf import CentresPenalty, MMDPenalty
 from seqvae.options import NON_NEGATIVE, check_strategy
 
 
-
 def planar_u_hat(u: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     """û = u + (m(wᵀu) − wᵀu)·w/‖w‖², m(a) = −1 + log(1 + eᵃ): wᵀû = m(wᵀu) > −1, which makes
     each layer invertible with a positive Jacobian determinant (Rezende & Mohamed 2015, A.1).

@@ -10,8 +10,8 @@ from typing import Literal
 
 import torch
 
-from seqvae.store.strategies import strategy
 from seqvae.options import NON_NEGATIVE, POSITIVE
+from seqvae.store.strategies import strategy
 
 # The inverse multiquadratic kernels' scales s: C_s = 2·Z·s (the reference's, for both the MMD
 # and the centres penalty).
