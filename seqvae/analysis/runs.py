@@ -25,6 +25,8 @@ from seqvae.text.splits import fold_split_keys
 METRICS = [
     ("iw_nll", "IW-NLL", "test/iw_nll", 2),
     ("iw_nll_se", "IW-NLL MC se", "test/iw_nll_se", 2),
+    ("ais_nll", "AIS-NLL", "test/ais_nll", 2),  # a test with `model.ais` only
+    ("ais_nll_se", "AIS-NLL MC se", "test/ais_nll_se", 2),
     ("neg_elbo", "−ELBO", "test/loss", 2),
     ("kl", "KL", "test/kl", 2),
     ("mi", "MI", "test/mi", 2),

@@ -92,17 +92,21 @@ def log_hparams(logger, params: dict, metrics: dict) -> None:
 
 
 PER_TEXT_COLUMNS = ("index", "line", "tokens", "neg_elbo", "kl", "iw_nll", "iw_se")  # per_text.csv, as compare reads it
+AIS_COLUMNS = ("ais_nll", "ais_se")  # after them, in a test with `model.ais`
 
 
 def per_text_csv(rows: dict, line_numbers: list[int], labels: list[str | None] | None = None) -> str:
     """One row per test text, by position in the test split: its line in the test file, its
     predicted tokens, −ELBO and KL (one z sample), IW-NLL and the IW-NLL's Monte-Carlo s.e.; and
-    its label, last, where the test file has labels (`data.label_column`)."""
+    its label, last, where the test file has labels (`data.label_column`); with AIS (`model.ais`),
+    its estimate and s.e. (`AIS_COLUMNS`) before the label."""
     labelled = labels is not None and any(label is not None for label in labels)
-    out = [",".join(PER_TEXT_COLUMNS + ("label",) * labelled)]
-    cols = [rows[k].tolist() for k in ("index", "tokens", "neg_elbo", "kl", "iw_nll", "iw_se")]
-    for i, tokens, neg_elbo, kl, iw, se in zip(*cols):
+    ais = AIS_COLUMNS * ("ais_nll" in rows)
+    out = [",".join(PER_TEXT_COLUMNS + ais + ("label",) * labelled)]
+    cols = [rows[k].tolist() for k in ("index", "tokens", "neg_elbo", "kl", "iw_nll", "iw_se", *ais)]
+    for i, tokens, neg_elbo, kl, iw, se, *more in zip(*cols):
         row = f"{int(i)},{line_numbers[int(i)]},{int(tokens)},{neg_elbo:.6f},{kl:.6f},{iw:.6f},{se:.6f}"
+        row += "".join(f",{v:.6f}" for v in more)
         out.append(row + (f",{csv_field(labels[int(i)] or '')}" if labelled else ""))
     return "\n".join(out) + "\n"
 
