@@ -9,9 +9,6 @@ from __future__ import annotations
 import csv
 import json
 import math
-import os
-import subprocess
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -225,13 +222,12 @@ def test_decoder_gradient_is_that_of_its_log_likelihood():
 
 
 # ------------------------------------------------------------------------------------- CLI
-def seqvae(args: list, cwd: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
-    command = [sys.executable, "-m", "seqvae", *map(str, args)]
-    return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+def test_cli_test_with_ais_writes_ais_nll(tmp_path, monkeypatch, capsys):
+    """`seqvae fit` a tiny model, then `seqvae test --ckpt_path best.ckpt --model.ais …` (the CLI in
+    this process: a subprocess would spend its seconds importing torch)."""
+    from seqvae.cli import run_lightning
 
-
-def test_cli_test_with_ais_writes_ais_nll(tmp_path):
+    monkeypatch.chdir(tmp_path)
     words = "the a cat dog sat ran on mat under tree".split()
     g = torch.Generator().manual_seed(0)
     for name, n in (("train", 40), ("valid", 8), ("test", 6)):
@@ -240,25 +236,25 @@ def test_cli_test_with_ais_writes_ais_nll(tmp_path):
         (tmp_path / f"{name}.txt").write_text("\n".join(lines) + "\n")
     common = ["--config", REPO / "configs" / "demo.yaml", "--data.train", tmp_path / "train.txt",
               "--data.val", tmp_path / "valid.txt", "--data.test", tmp_path / "test.txt", "--data.batch_size", "4",
-              "--model.embed_dim", "8", "--model.hidden_dim", "12",
-              "--model.latent_dim", "3", "--model.val_iw_samples", "0", "--model.test_iw_samples", "2",
-              "--trainer.logger.init_args.save_dir", tmp_path / "runs"]  # fmt: skip
-    fit = seqvae(["fit", *common, "--trainer.max_epochs", "1", "--trainer.enable_model_summary", "false"], tmp_path)
-    assert fit.returncode == 0, fit.stderr[-3000:]
+              "--model.embed_dim", "8", "--model.hidden_dim", "12", "--model.latent_dim", "3",
+              "--model.val_iw_samples", "0", "--model.test_iw_samples", "2", "--trainer.enable_model_summary", "false",
+              "--trainer.enable_progress_bar", "false", "--trainer.logger.init_args.save_dir", tmp_path / "runs"]  # fmt: skip
+    run_lightning([str(a) for a in ["fit", *common, "--trainer.max_epochs", "1"]])
+    capsys.readouterr()
     ckpt = next((tmp_path / "runs").rglob("best.ckpt"))
     ais = ["--model.ais", "seqvae.AIS", "--model.ais.points", "4", "--model.ais.chains", "2", "--model.ais.leapfrog", "2"]
-    run = seqvae(["test", *common, "--ckpt_path", ckpt, *ais], tmp_path)
-    assert run.returncode == 0 and "Traceback" not in run.stderr, run.stderr[-3000:]
+    run_lightning([str(a) for a in ["test", *common, "--ckpt_path", ckpt, *ais]])
+    out, err = capsys.readouterr()
     said = "IW-NLL with K = 2 importance samples per text; AIS with 2 chains, 4 points, 14 gradients per text"
-    assert f"seqvae: test: 6 texts, {said}" in run.stderr.splitlines()
-    metrics_path = Path(run.stdout.split("seqvae: wrote ")[1].split()[0])
+    assert f"seqvae: test: 6 texts, {said}" in err.splitlines(), err
+    metrics_path = Path(out.split("seqvae: wrote ")[1].split()[0])
     metrics = json.loads(metrics_path.read_text())
     rows = list(csv.DictReader(open(metrics_path.parent / metrics["per_text_file"])))
     assert len(rows) == 6 and list(rows[0])[-2:] == ["ais_nll", "ais_se"]
     assert metrics["test/ais_nll"] == pytest.approx(sum(float(r["ais_nll"]) for r in rows) / 6, rel=1e-5)
     assert math.isfinite(metrics["test/ais_nll_se"]) and 0 <= metrics["test/ais_accept"] <= 1
     assert metrics["test/ais_seconds_per_text"] > 0
-    assert "ais" not in (metrics_path.parent.parent / "version_0" / "config.yaml").read_text()  # the fit's own run: no AIS
+    assert "  ais: null" in (metrics_path.parent.parent / "version_0" / "config.yaml").read_text()  # the fit's own run
     config = (metrics_path.parent / "config.yaml").read_text()
     assert "class_path: seqvae.AIS" in config and "points: 4" in config  # this test's setting, not the checkpoint's
 
@@ -299,3 +295,33 @@ def test_out_of_range_ais_option_is_one_line_before_anything_is_built():
 
     args = ["--config", str(REPO / "configs" / "demo.yaml"), "--model.ais", "seqvae.AIS", "--model.ais.points", "1"]
     assert parse_only(args) == "model.ais.init_args.points: must be >= 2, got 1"
+
+
+def test_eval_metrics_with_ais_add_its_columns_and_means():
+    from seqvae.core.metrics import EvalMetrics
+    from seqvae.rundir.run_files import per_text_csv
+
+    m = EvalMetrics(0, 1, per_text=True, ais=True)
+    for idx, nll, se in (([2, 0], [10.0, 20.0], [0.3, 0.4]), ([1], [30.0], [float("nan")])):
+        b = len(idx)
+        ais = {"nll": torch.tensor(nll), "se": torch.tensor(se), "accept": torch.full((b,), 0.5), "seconds": 2.0 * b}
+        m.update(torch.tensor(nll) + 1, torch.zeros(b), torch.full((b,), 4), index=torch.tensor(idx), ais=ais)
+    out = m.compute()
+    assert float(out["ais_nll"]) == pytest.approx(20.0) and float(out["ais_ppl"]) == pytest.approx(math.exp(60 / 12))
+    assert float(out["ais_nll_se"]) == pytest.approx(0.5 / 2)  # texts with a finite se: √(0.3² + 0.4²) / 2
+    assert float(out["ais_accept"]) == 0.5 and float(out["ais_seconds_per_text"]) == 2.0
+    rows = m.per_text_rows()
+    assert rows["ais_nll"].tolist() == [20.0, 30.0, 10.0] and list(rows)[-2:] == ["ais_nll", "ais_se"]
+    header, first, *_ = per_text_csv(rows, [5, 6, 7]).splitlines()
+    assert header.endswith(",iw_nll,iw_se,ais_nll,ais_se") and first.endswith(",nan,nan,20.000000,0.400000")
+    plain = EvalMetrics(0, 1, per_text=True)  # without AIS: the columns and keys of before
+    plain.update(torch.ones(1), torch.zeros(1), torch.full((1,), 4), index=torch.tensor([0]))
+    assert "ais_nll" not in plain.per_text_rows() and "ais_nll" not in plain.compute()
+    assert per_text_csv(plain.per_text_rows(), [1]).splitlines()[0] == "index,line,tokens,neg_elbo,kl,iw_nll,iw_se"
+
+
+def test_out_of_range_ais_option_in_the_python_api():
+    from seqvae.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"^model\.ais\.init_args\.target_accept: must be in \(0, 1\), got 1\.0$"):
+        AIS(target_accept=1.0)

@@ -8,7 +8,7 @@ adds (t_j − t_{j−1}) · log p(x|z) to its log-weight, then takes one HMC tra
 f_{t_j} invariant (L leapfrog steps, a Metropolis test, the step size adapted per chain towards
 an acceptance rate). log p̂(x) = logsumexp_k log w_k − log K: E[p̂] = p(x), so −log p̂ is an upper
 bound on the NLL in expectation, as the IW-NLL is (which it equals with T = 2 points and the same
-draws), tighter as T and K grow.
+draws), tighter as T and K grow (the step-size adaptation aside: docs/ais.md).
 
 Not He et al.'s copy (`eval_ais/hmc.py`): there the momentum is scaled in place inside the
 position update, so it shrinks by ε at every step and the kernel does not leave f_t invariant
@@ -31,7 +31,7 @@ import torch
 
 from seqvae.core.metrics import iw_nll_from_weights, iw_nll_standard_error
 from seqvae.core.strategies import strategy
-from seqvae.options import AT_LEAST_ONE, POSITIVE, Range
+from seqvae.options import AT_LEAST_ONE, POSITIVE, Range, check_strategy
 
 # z (B, K, Z) float64 -> (log p(x|z) (B, K), its gradient in z (B, K, Z)), both float64
 LogLikelihoodGrad = Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
@@ -158,6 +158,7 @@ class AIS:
     ):
         self.points, self.chains, self.leapfrog = points, chains, leapfrog
         self.step_size, self.target_accept = step_size, target_accept
+        check_strategy("model.ais", self)  # the Python API's check (the CLI's comes before, `check_parsed`)
 
     def gradient_evaluations(self) -> int:
         """Decoder forward+backward passes per text: K · (1 + (T − 1) · L)."""

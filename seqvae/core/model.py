@@ -158,8 +158,7 @@ class SeqVAE(pl.LightningModule):
         self.kl_schedule = kl_schedule or LinearKLWarmup()
         self.kl_penalty = kl_penalty or StandardKL()
         self.regularizers = list(regularizers or [])
-        self.aggressive = aggressive
-        self.ais = ais  # at test only (`core/ais.py`)
+        self.aggressive, self.ais = aggressive, ais  # ais: at test only (`core/ais.py`)
         for name, allowed in MODEL_OPTIONS.items():
             check_option(f"model.{name}", self.hparams[name], allowed)
         strategies = {"kl_schedule": self.kl_schedule, "kl_penalty": self.kl_penalty, "aggressive": aggressive}
