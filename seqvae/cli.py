@@ -61,7 +61,7 @@ class SeqVAECLI(LightningCLI):
     # Evaluation settings, not part of what a checkpoint is: on `--ckpt_path` (validate, test, predict), Lightning
     # replaces the model's config with the checkpoint's hyper-parameters, which would silently evaluate with the K
     # the run was trained with. These keys keep the value of this command's config (--config files, --model.*).
-    EVAL_KEYS = ("val_iw_samples", "test_iw_samples", "iw_max_elements", "mi_dataset", "eval_seed")
+    EVAL_KEYS = ("val_iw_samples", "test_iw_samples", "iw_max_elements", "mi_dataset", "eval_seed", "ais")
 
     def _parse_ckpt_path(self):
         sub = self.config.get("subcommand")

@@ -45,6 +45,14 @@ SPEC: list[Metric] = [
            bn_sensitive=True, hparam=True, bar=True, bar_zoom=True, mc_se="iw_nll_se"),
     # a run's own: √(Σ se_i²)/N over its texts' per-text s.e. (a row shows its runs' root mean square)
     Metric("iw_nll_se", "test/iw_nll_se", "IW-NLL MC se", 2, per_text="iw_se"),
+    # AIS (SPEC §14; a test with `model.ais` only): an upper bound on the NLL in expectation, like IW-NLL;
+    # its s.e. is the delta method's across chains
+    Metric("ais_nll", "test/ais_nll", "AIS-NLL", 2, differenced=True, per_text="ais_nll", text_mean=True,
+           every_run=False, mc_se="ais_nll_se"),
+    Metric("ais_nll_se", "test/ais_nll_se", "AIS-NLL MC se", 2, per_text="ais_se", every_run=False),
+    Metric("ais_ppl", "test/ais_ppl", "AIS PPL", 1, compared=False),
+    Metric("ais_accept", "test/ais_accept", "AIS HMC acceptance", 3, compared=False),
+    Metric("ais_seconds_per_text", "test/ais_seconds_per_text", "AIS s/text", 2, compared=False),
     Metric("neg_elbo", "test/loss", "−ELBO", 2, differenced=True, per_text="neg_elbo", text_mean=True, bn_sensitive=True,
            hparam=True),
     Metric("rec", "test/rec", "reconstruction", 2, compared=False, bn_sensitive=True),

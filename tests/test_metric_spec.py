@@ -25,21 +25,24 @@ def gen(seed: int) -> torch.Generator:
     return torch.Generator().manual_seed(seed)
 
 
-def feed(m: EvalMetrics, rec: list[float], seed: int = 0) -> None:
-    """One update of len(rec) texts with every optional input given (posterior, IW-NLL, its s.e.)."""
+def feed(m: EvalMetrics, rec: list[float], seed: int = 0, ais: bool = False) -> None:
+    """One update of len(rec) texts with every optional input given (posterior, IW-NLL, its s.e.; AIS's
+    estimates where `ais`)."""
     n, g = len(rec), gen(seed)
+    ais_out = {"nll": torch.tensor(rec) - 0.5, "se": torch.full((n,), 0.25), "accept": torch.full((n,), 0.7), "seconds": 1.0}
     m.update(
         torch.tensor(rec), torch.tensor([0.5] * n), torch.tensor([4] * n), mu=torch.randn(n, 2, generator=g),
         logvar=torch.randn(n, 2, generator=g) * 0.1, features=torch.randn(n, 3, generator=g),
         iw_nll=torch.tensor(rec) - 0.25, mi_generator=g, index=torch.arange(n), iw_se=torch.full((n,), 0.125),
+        ais=ais_out if ais else None,
     )  # fmt: skip
 
 
 def test_eval_metrics_keys_and_the_spec_agree():
     """Every key EvalMetrics computes (given every input) is declared, and every declared test/ key is
     computed; the same for its per-text columns and per_text.csv's."""
-    m = EvalMetrics(latent_dim=2, feature_dim=3, mi_dataset=True, per_text=True)
-    feed(m, [10.0, 20.0, 30.0, 40.0])
+    m = EvalMetrics(latent_dim=2, feature_dim=3, mi_dataset=True, per_text=True, ais=True)  # AIS: model.ais
+    feed(m, [10.0, 20.0, 30.0, 40.0], ais=True)
     declared = {s.key for s in SPEC if s.key.startswith(TEST)}
     assert {f"{TEST}{k}" for k in m.compute()} == declared
     rows = set(m.per_text_rows()) - {"index", "tokens"}  # which text, and its predicted tokens

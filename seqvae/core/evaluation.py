@@ -9,6 +9,10 @@ the IW-NLL alone: the same checkpoint tested with K = 100 and K = 500 has the sa
 Under DDP a rank evaluates a contiguous part of the batches; it first draws, and throws away, the
 noise of the batches before its part, so every batch gets the noise it gets in one process and
 the reduced metrics equal the single-process ones.
+
+AIS (`model.ais`, test only) draws from a stream of its own too, seeded afresh for each batch from
+the eval seed and the batch's first text: no draws to skip under DDP, and a text's estimate does
+not depend on what ran before its batch.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from seqvae.core.ais import exact_decoder_nll
 from seqvae.core.chunking import iw_budget
 from seqvae.core.metrics import iw_nll_from_weights, iw_nll_standard_error, posterior_iw_log_weights
 
@@ -31,7 +36,7 @@ def iw_chunk(tokens: torch.Tensor, vocab_size: int, budget: int | None) -> int:
     return max(1, budget // per_sample)
 
 
-STREAMS = ("rec", "iw", "mi")
+STREAMS = ("rec", "iw", "mi", "ais")  # appended only: an index is a stream's seed
 
 
 def stream_seed(seed: int, stream: str) -> int:
@@ -46,8 +51,8 @@ class EvalNoise:
     skips."""
 
     def __init__(self, seed: int, device: torch.device, latent_dim: int, preceding_sizes: list[int] = ()):
-        self.rec, self.iw, self.mi = (torch.Generator(device=device).manual_seed(stream_seed(seed, s)) for s in STREAMS)
-        self.device, self.latent_dim = device, latent_dim
+        self.rec, self.iw, self.mi = (torch.Generator(device=device).manual_seed(stream_seed(seed, s)) for s in STREAMS[:3])
+        self.seed, self.device, self.latent_dim = seed, device, latent_dim
         self.pending = list(preceding_sizes)
 
     @classmethod
@@ -72,17 +77,25 @@ class EvalNoise:
             torch.randn((b, 1, dim), generator=self.mi, device=device, dtype=torch.float64)
         self.pending = []
 
+    def ais(self, index: torch.Tensor | None) -> torch.Generator:
+        """The AIS generator of the batch whose first text (dataset position) is `index.min()`."""
+        first = int(index.min()) if index is not None and index.numel() else 0
+        state = np.random.SeedSequence([self.seed, STREAMS.index("ais"), first]).generate_state(1, dtype=np.uint64)[0]
+        return torch.Generator(device=self.device).manual_seed(int(state >> 1))
 
-def evaluate_batch(model, batch: dict, metrics, n_iw: int) -> None:
+
+def evaluate_batch(model, batch: dict, metrics, n_iw: int, ais=None) -> None:
     """One validation/test batch of `model` (a SeqVAE) into `metrics` (its EvalMetrics): rec and
-    KL from one z, IW-NLL from `n_iw` importance samples, the posteriors for MI and AU; for the
-    language model the exact NLL. The noise comes from the pass's `EvalNoise` (`model._noise`)."""
+    KL from one z, IW-NLL from `n_iw` importance samples, the posteriors for MI and AU, with `ais`
+    (`core/ais.py`) the AIS estimate; for the language model the exact NLL. The noise comes from
+    the pass's `EvalNoise` (`model._noise`)."""
     tokens, lengths, index = batch["tokens"], batch["lengths"], batch.get("index")
     n_predicted = lengths - 1
     if model.encoder is None:
         nll = -model.decoder.log_likelihood(tokens, lengths, None)[:, 0]  # exact
         iw, iw_se = (nll, torch.zeros_like(nll)) if n_iw else (None, None)
-        metrics.update(nll, torch.zeros_like(nll), n_predicted, iw_nll=iw, index=index, iw_se=iw_se)
+        estimate = exact_decoder_nll(nll) if ais is not None else None
+        metrics.update(nll, torch.zeros_like(nll), n_predicted, iw_nll=iw, index=index, iw_se=iw_se, ais=estimate)
         return
     q, h = model.encoder.encode(tokens, lengths)
     noise = model._noise
@@ -95,4 +108,10 @@ def evaluate_batch(model, batch: dict, metrics, n_iw: int) -> None:
         log_w = posterior_iw_log_weights(ll, q, n_iw, model.iw_chunk(tokens), noise.iw)  # (B, K)
         iw = iw_nll_from_weights(log_w)
         iw_se = iw_nll_standard_error(log_w)  # its Monte-Carlo noise, per text
-    metrics.update(rec, kl, n_predicted, features=h, iw_nll=iw, mi_generator=noise.mi, index=index, iw_se=iw_se, posterior=q)
+    estimate = None
+    if ais is not None:  # `ais_progress`: the hook a progress line may set on the model (`training/log_lines.py`)
+        progress = getattr(model, "ais_progress", None)
+        estimate = ais.estimate(model.decoder, tokens, lengths, q.mean.size(-1), noise.ais(index), progress)
+    metrics.update(
+        rec, kl, n_predicted, features=h, iw_nll=iw, mi_generator=noise.mi, index=index, iw_se=iw_se, posterior=q, ais=estimate
+    )

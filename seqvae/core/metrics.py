@@ -250,13 +250,15 @@ class EvalMetrics(Metric):
     PER_TEXT = ("index", "neg_elbo", "kl", "iw_nll", "iw_se", "tokens")
 
     def __init__(
-        self, latent_dim: int, feature_dim: int, mi_dataset: bool = True, seed: int = 0, ev_ks=(1, 3), per_text: bool = False
-    ):
+        self, latent_dim: int, feature_dim: int, mi_dataset: bool = True, seed: int = 0, ev_ks=(1, 3), per_text: bool = False,
+        ais: bool = False,
+    ):  # fmt: skip
         super().__init__()
         self.latent_dim, self.with_mi_dataset, self.seed, self.ev_ks = latent_dim, mi_dataset, seed, tuple(ev_ks)
-        self.per_text = per_text
+        self.per_text, self.per_text_columns = per_text, self.PER_TEXT + ("ais_nll", "ais_se") * ais  # AIS: model.ais
         f64 = dict(dtype=torch.float64)
-        for name in ("n", "tokens", "rec", "kl", "iw_n", "iw", "mi", "iw_se_given", "iw_se_n", "iw_se_sq"):
+        ais_sums = ("ais_n", "ais", "ais_se_n", "ais_se_sq", "ais_accept_n", "ais_accept", "ais_seconds") if ais else ()
+        for name in ("n", "tokens", "rec", "kl", "iw_n", "iw", "mi", "iw_se_given", "iw_se_n", "iw_se_sq", *ais_sums):
             self.add_state(name, torch.zeros((), **f64), dist_reduce_fx="sum")
         self.add_state("mu_sum", torch.zeros(latent_dim, **f64), dist_reduce_fx="sum")
         self.add_state("mu_sq_sum", torch.zeros(latent_dim, **f64), dist_reduce_fx="sum")
@@ -268,12 +270,12 @@ class EvalMetrics(Metric):
         if mi_dataset:
             self.add_state("q_rows", [], dist_reduce_fx="cat")  # each text's posterior parameters
         if per_text:  # "cat" states: a DDP run gathers every rank's rows
-            for name in self.PER_TEXT:
+            for name in self.per_text_columns:
                 self.add_state(f"text_{name}", [], dist_reduce_fx="cat")
 
     def update(
         self, rec, kl, n_tokens, mu=None, logvar=None, features=None, iw_nll=None, mi_generator=None, index=None, iw_se=None,
-        posterior=None,
+        posterior=None, ais: dict | None = None,
     ) -> None:  # fmt: skip
         b = rec.numel()
         self.n += b
@@ -299,6 +301,8 @@ class EvalMetrics(Metric):
             self.text_iw_nll.append(nan if iw_nll is None else iw_nll.detach().double())
             self.text_iw_se.append(nan if iw_se is None else iw_se.detach().double())
             self.text_tokens.append(n_tokens.detach().long())
+        if ais is not None:  # `AIS.estimate`: per-text nll, se, accept; the batch's seconds
+            self._add_ais(ais, b)
         if posterior is None and mu is None:
             return
         q = (posterior if posterior is not None else DiagonalGaussian(mu, logvar)).base  # a flow's: before it (SPEC §12.6)
@@ -317,6 +321,16 @@ class EvalMetrics(Metric):
             self.q_rows.append(q.rows().detach())
             self._q_like = q  # the family (and what its texts share) that the pool's rows are rebuilt with
 
+    def _add_ais(self, ais: dict, b: int) -> None:
+        se, accept = ais["se"].double(), ais["accept"].double()
+        self.ais_n, self.ais = self.ais_n + b, self.ais + ais["nll"].double().sum()
+        self.ais_seconds = self.ais_seconds + ais["seconds"]
+        self.ais_se_n, self.ais_se_sq = self.ais_se_n + se.isfinite().sum(), self.ais_se_sq + se[se.isfinite()].pow(2).sum()
+        self.ais_accept_n, self.ais_accept = self.ais_accept_n + accept.isfinite().sum(), self.ais_accept + accept.nansum()
+        if self.per_text:
+            self.text_ais_nll.append(ais["nll"].detach().double())
+            self.text_ais_se.append(se.detach())
+
     def compute(self) -> dict[str, torch.Tensor]:
         n = self.n
         out = {
@@ -328,6 +342,10 @@ class EvalMetrics(Metric):
         if self.iw_n > 0:
             out["iw_nll"] = self.iw / self.iw_n
             out["iw_ppl"] = torch.exp(self.iw / self.tokens) if self.iw_n == n else torch.tensor(float("nan"))
+        if getattr(self, "ais_n", 0) > 0:  # as the IW-NLL's: mean, s.e. of the mean, per-token perplexity
+            out.update(ais_nll=self.ais / self.ais_n, ais_nll_se=self.ais_se_sq.sqrt() / self.ais_se_n)
+            out.update(ais_ppl=torch.exp(self.ais / self.tokens) if self.ais_n == n else torch.tensor(float("nan")))
+            out.update(ais_accept=self.ais_accept / self.ais_accept_n, ais_seconds_per_text=self.ais_seconds / self.ais_n)
         if self.iw_se_given > 0:
             # independent texts: Var(mean) = Σ se_i² / N²
             out["iw_nll_se"] = self.iw_se_sq.sqrt() / self.iw_se_n  # 0/0 = NaN when no se was finite
@@ -369,7 +387,7 @@ class EvalMetrics(Metric):
             raise RuntimeError("EvalMetrics was built with per_text=False: no per-text rows kept")
         with self.sync_context(dist_sync_fn=self.dist_sync_fn, should_sync=self._to_sync, should_unsync=self._should_unsync):
             cols = {}
-            for name in self.PER_TEXT:
+            for name in self.per_text_columns:
                 col = getattr(self, f"text_{name}")  # a list, or one tensor once synced
                 empty = torch.zeros(0, dtype=torch.long if name in ("index", "tokens") else torch.float64)
                 cols[name] = _cat(col) if len(col) else empty

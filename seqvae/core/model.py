@@ -20,6 +20,7 @@ from seqvae.core import (
     planar_flow,  # noqa: F401  (declares PlanarFlowPosterior: `class_path: seqvae.PlanarFlowPosterior`)
 )
 from seqvae.core.aggressive import AggressiveTraining
+from seqvae.core.ais import AIS
 from seqvae.core.bn_bound import BNBoundCheck
 from seqvae.core.evaluation import EvalNoise, evaluate_batch, iw_chunk
 from seqvae.core.generation import Decoding, Generation, Predictor
@@ -118,6 +119,7 @@ class SeqVAE(pl.LightningModule):
         grad_clip: Clip the norm of the whole gradient (all parameters together) at this value.
         val_iw_samples: Importance samples for IW-NLL during validation (0: off).
         test_iw_samples: Importance samples for IW-NLL at test (500 in the papers).
+        ais: At test, also the AIS estimate of the NLL (`core/ais.py`: `ais_nll`); None: off.
         iw_max_elements: Memory budget of one IW decoder chunk, in logits (B·K·T·V) elements;
             None: 2**26 on CPU, on a GPU a quarter of its free memory in elements (`core/chunking.py`).
         mi_dataset: Also compute MI with the whole evaluation set as the pool (Li et al.).
@@ -149,6 +151,7 @@ class SeqVAE(pl.LightningModule):
         init: Init = "reference", fused_output: bool = True, encoder_hidden_dim: int | None = None,
         generation: Generation = Generation(),  # noqa: B008 (frozen: immutable default)
         encoder: TransformerEncoder | None = None, feature_norm: IsoBN | None = None, posterior: Posterior | None = None,
+        ais: AIS | None = None,
     ):  # fmt: skip
         super().__init__()
         self.save_hyperparameters(ignore=["generation"])
@@ -158,7 +161,7 @@ class SeqVAE(pl.LightningModule):
         self.kl_schedule = kl_schedule or LinearKLWarmup()
         self.kl_penalty = kl_penalty or StandardKL()
         self.regularizers = list(regularizers or [])
-        self.aggressive = aggressive
+        self.aggressive, self.ais = aggressive, ais  # ais: at test only (`core/ais.py`)
         for name, allowed in MODEL_OPTIONS.items():
             check_option(f"model.{name}", self.hparams[name], allowed)
         strategies = {"kl_schedule": self.kl_schedule, "kl_penalty": self.kl_penalty, "aggressive": aggressive}
@@ -169,7 +172,7 @@ class SeqVAE(pl.LightningModule):
         dropout = (dropout_in, dropout_out)
         self.decoder = LSTMDecoder(vocab_size, embed_dim, hidden_dim, latent_dim, *dropout, skip, init, fused_output)
         self.val_metrics = EvalMetrics(latent_dim, feature_dim, mi_dataset, seed=eval_seed)
-        self.test_metrics = EvalMetrics(latent_dim, feature_dim, mi_dataset, eval_seed, per_text=True)  # per_text.csv
+        self.test_metrics = EvalMetrics(latent_dim, feature_dim, mi_dataset, eval_seed, per_text=True, ais=ais is not None)
         self.num_updates = 0  # training batches consumed (outer iterations); drives the KL schedule
         self.encoder_updates = self.decoder_updates = 0  # optimiser steps (encoder > num_updates when aggressive)
         self.fit_seconds = 0.0  # training wall time, accumulated across resumes (FitClock)
@@ -317,7 +320,7 @@ class SeqVAE(pl.LightningModule):
             self.log("train/lr", self._optimizers()[0].param_groups[0]["lr"])
 
     def test_step(self, batch, batch_idx):
-        evaluate_batch(self, batch, self.test_metrics, self.hparams.test_iw_samples)
+        evaluate_batch(self, batch, self.test_metrics, self.hparams.test_iw_samples, self.ais)
 
     def on_test_epoch_end(self):
         # Per-text values (gathered over DDP ranks), for the CLI's per_text.csv.

@@ -95,7 +95,8 @@ def per_text_csv(rows: dict, line_numbers: list[int], labels: list[str | None] |
     sample, IW-NLL and the IW-NLL's Monte-Carlo s.e., ...); and its label, last, where the test
     file has labels (`data.label_column`). `rows`: EvalMetrics.per_text_rows()."""
     labelled = labels is not None and any(label is not None for label in labels)
-    columns = per_text_columns()
+    # a metric measured only in some tests (AIS: `model.ais`) has its column only where it ran
+    columns = tuple(c for i, c in enumerate(per_text_columns()) if i < len(PER_TEXT_LEAD) or c in rows)
     out = [",".join(columns + ("label",) * labelled)]
     values = columns[len(PER_TEXT_LEAD) :]
     cols = [rows[k].tolist() for k in ("index", "tokens", *values)]

@@ -88,6 +88,10 @@ class TestProgress(Callback):
     length order, so the last tenth of the texts is far more than a tenth of the time. "left"
     extrapolates the work done so far.
 
+    With AIS (`model.ais`) a text costs `ais.passes_per_text()` passes more, and the model calls
+    `ais_progress(share)` after each AIS transition, so that a batch that runs for an hour still
+    moves the line.
+
     Lines are at least `min_interval` seconds apart: a tenth crossed sooner than that after the
     previous line (the first line comes when the quiet time ends, whatever the share, and the
     next tenth may follow a second later) is skipped, and the next line waits for the next tenth.
@@ -96,15 +100,17 @@ class TestProgress(Callback):
     def __init__(self, quiet_seconds: float = 30.0, min_interval: float = 10.0):
         self.quiet_seconds, self.min_interval = quiet_seconds, min_interval
         self._total = self._done = self._texts = self._total_texts = 0
-        self._passes = 1
+        self._passes, self._batch = 1, 0
         self._start, self._next, self._last = time.monotonic(), 0.1, None
 
     @staticmethod
     def passes(pl_module) -> int:
-        """Decoder passes over each text at test: K importance samples and the reconstruction term's one."""
+        """Decoder passes over each text at test: K importance samples and the reconstruction term's
+        one, and AIS's (`model.ais`)."""
         hparams = getattr(pl_module, "hparams", None)
         k = getattr(hparams, "test_iw_samples", None) if hparams is not None else None
-        return 1 + (k if isinstance(k, int) and k > 0 else 0)
+        ais = getattr(pl_module, "ais", None)
+        return 1 + (k if isinstance(k, int) and k > 0 else 0) + (ais.passes_per_text() if ais is not None else 0)
 
     def work(self, texts: int, longest: int) -> int:
         """A batch's work: its padded tokens times the decoder passes over them."""
@@ -120,10 +126,24 @@ class TestProgress(Callback):
         self._total_texts = sum(len(b) for b in batches)
         self._done = self._texts = 0
         self._start, self._next, self._last = time.monotonic(), 0.1, None
+        ais = getattr(pl_module, "ais", None)
         if trainer.is_global_zero and self._total_texts:  # K is an evaluation setting, not the run's: say which
-            k = self._passes - 1
+            k = self._passes - 1 - (ais.passes_per_text() if ais is not None else 0)
             iw = f"IW-NLL with K = {k} importance samples per text" if k else "no IW-NLL (model.test_iw_samples 0)"
+            if ais is not None:
+                iw += f"; AIS with {ais.chains} chains, {ais.points} points, {ais.gradient_evaluations()} gradients per text"
             print(f"seqvae: test: {self._total_texts} texts, {iw}", file=sys.stderr)
+        if ais is not None and trainer.is_global_zero:
+            pl_module.ais_progress = self.within_batch
+
+    def on_test_batch_start(self, trainer, pl_module, batch, batch_idx, dataloader_idx=0):
+        texts, longest = batch["tokens"].shape
+        self._batch = self.work(int(texts), int(longest))
+
+    def within_batch(self, share: float) -> None:
+        """AIS's share of the batch done: the line moves within a long batch (texts counted at its end)."""
+        if self._total:
+            self._report(self._done + share * self._batch, time.monotonic())
 
     def on_test_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0):
         if not self._total or not trainer.is_global_zero:
@@ -131,8 +151,10 @@ class TestProgress(Callback):
         texts, longest = batch["tokens"].shape
         self._done += self.work(int(texts), int(longest))
         self._texts += int(texts)
-        now = time.monotonic()
-        share, seconds = self._done / self._total, now - self._start
+        self._report(self._done, time.monotonic())
+
+    def _report(self, done: float, now: float) -> None:
+        share, seconds = done / self._total, now - self._start
         if share < self._next or share >= 1 or seconds < self.quiet_seconds:
             return
         self._next = int(share * 10 + 1) / 10  # this tenth is done with, printed or not
