@@ -30,8 +30,8 @@ from collections.abc import Callable
 import torch
 
 from seqvae.core.metrics import iw_nll_from_weights, iw_nll_standard_error
-from seqvae.core.strategies import strategy
 from seqvae.options import AT_LEAST_ONE, POSITIVE, Range, check_strategy
+from seqvae.store.strategies import strategy
 
 # z (B, K, Z) float64 -> (log p(x|z) (B, K), its gradient in z (B, K, Z)), both float64
 LogLikelihoodGrad = Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
