@@ -1,7 +1,8 @@
 """The house rules (docs/architecture.md), kept by tests: no module over 400 lines, SeqVAE
 within 300 and SeqVAECLI within 120, no import circle (module-level or inside functions), the
-layer table, the tools torch-free, the old flat module paths the same module objects as the moved ones, and checkpoints
-that pickled their classes under the old paths still loading with weights_only=True."""
+layer table, the tools torch-free, the old flat module paths the same module objects as the
+moved ones, and checkpoints that pickled their classes under the old paths still loading with
+weights_only=True."""
 
 from __future__ import annotations
 
