@@ -2,9 +2,9 @@
 decides are recorded as the checkpoint's values, and a command that gave others is told so in
 one line, instead of config.yaml (and compare's row labels) naming values that did not run.
 
-The checkpoint's hyper-parameters replace the model's config, as Lightning's CLI does, except the
-evaluation keys (`EVAL_KEYS`; `checkpoint_into_config`); the vocabulary, and with it the unknown token, comes
-from the checkpoint (`data.vocab`), so `data.unk_token` is the checkpoint's too.
+The checkpoint's hyper-parameters replace the model's config, as Lightning's CLI does, except
+the evaluation keys (`EVAL_KEYS`; `checkpoint_into_config`); the vocabulary, and with it the
+unknown token, comes from the checkpoint (`data.vocab`), so `data.unk_token` is the checkpoint's too.
 """
 
 from __future__ import annotations
