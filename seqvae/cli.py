@@ -30,14 +30,14 @@ from seqvae.core.model import AGGRESSIVE_DDP, NonFiniteError, SeqVAE, pretrained
 from seqvae.errors import ConfigError, CorpusError, union_choice_error
 from seqvae.options import check_parsed
 from seqvae.rundir.callbacks import PerTextRows, RunCheckpoint, RunDirConfig
-from seqvae.rundir.checkpoints import LoaderIO, unshare
+from seqvae.rundir.checkpoints import unshare
 from seqvae.rundir.files import BEST
 from seqvae.rundir.guards import beside_a_finished_run, check_checkpoint_file, check_save_dir, fit_checkpoint
 from seqvae.rundir.results import fit_totals, write_fit_curves, write_predictions, write_test_results
 from seqvae.text.datamodule import TextDataModule
 from seqvae.text.hints import report_data
 from seqvae.training.allocator import reuse_freed_memory
-from seqvae.training.callbacks import LatentDimensions, PeriodicCheckpoint, PlateauRule, TextSamples
+from seqvae.training.callbacks import AtomicCheckpointIO, LatentDimensions, PeriodicCheckpoint, PlateauRule, TextSamples
 from seqvae.training.log_lines import EpochLine, TestProgress
 from seqvae.training.precision import MatmulPrecision
 from seqvae.training.resume import check_resume, same_vocabulary
@@ -116,8 +116,8 @@ class SeqVAECLI(LightningCLI):
     def instantiate_trainer(self, **kwargs):
         # `limit_*_batches: 1` is one batch, not the 100% that jsonargparse's float 1.0 means to Lightning.
         trainer = super().instantiate_trainer(**{**integer_limits(self._command_line), **kwargs})
-        if type(trainer.strategy.checkpoint_io) is TorchCheckpointIO:  # Lightning's reads through the one loader
-            trainer.strategy.checkpoint_io = LoaderIO()
+        if type(trainer.strategy.checkpoint_io) is TorchCheckpointIO:  # reads through the one loader, writes atomic
+            trainer.strategy.checkpoint_io = AtomicCheckpointIO()
         trainer.callbacks.append(PerTextRows())
         return trainer
 

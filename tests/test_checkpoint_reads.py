@@ -14,6 +14,7 @@ from test_model import write_corpus
 
 from seqvae.cli import SeqVAECLI
 from seqvae.rundir import checkpoints
+from seqvae.training.callbacks import AtomicCheckpointIO
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 
@@ -32,8 +33,8 @@ def run(tmp_path_factory):
     return args, root / "demo" / "version_0"
 
 
-def reads_during(monkeypatch, command: list[str]) -> list[str]:
-    """The files torch.load reads while the CLI runs `command`."""
+def reads_during(monkeypatch, command: list[str]) -> tuple[list[str], SeqVAECLI]:
+    """The files torch.load reads while the CLI runs `command`, and the CLI."""
     reads = []
     load = torch.load
 
@@ -43,17 +44,18 @@ def reads_during(monkeypatch, command: list[str]) -> list[str]:
 
     monkeypatch.setattr(torch, "load", counted)
     try:
-        SeqVAECLI(args=command)
+        cli = SeqVAECLI(args=command)
     finally:
         monkeypatch.setattr(torch, "load", load)
-    return reads
+    return reads, cli
 
 
 @pytest.mark.parametrize("subcommand", ["test", "validate", "predict"])
 def test_scoring_a_checkpoint_reads_it_once(run, subcommand, monkeypatch):
     args, run_dir = run
     best = run_dir / "checkpoints" / "best.ckpt"
-    assert reads_during(monkeypatch, [subcommand, *args, f"--ckpt_path={best}"]) == [str(best)]
+    reads, _ = reads_during(monkeypatch, [subcommand, *args, f"--ckpt_path={best}"])
+    assert reads == [str(best)]
     assert checkpoints._SHARED == {}  # not kept past the command
     if subcommand == "test":  # what the one read gave: the checkpoint's vocabulary, its test written
         scored = run_dir.parent / "version_1"
@@ -65,4 +67,6 @@ def test_a_resume_reads_its_checkpoint_once(run, monkeypatch):
     args, run_dir = run
     last, best = run_dir / "checkpoints" / "last.ckpt", run_dir / "checkpoints" / "best.ckpt"
     resume = ["fit", *args, "--trainer.max_epochs=2", "--trainer.logger.init_args.version=0", f"--ckpt_path={last}"]
-    assert reads_during(monkeypatch, resume) == [str(last), str(best)]  # then fit's own test of best.ckpt
+    reads, cli = reads_during(monkeypatch, resume)
+    assert reads == [str(last), str(best)]  # then fit's own test of best.ckpt
+    assert type(cli.trainer.strategy.checkpoint_io) is AtomicCheckpointIO  # and the run's writes stay atomic

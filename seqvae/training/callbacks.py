@@ -12,7 +12,7 @@ from pytorch_lightning import Callback
 from pytorch_lightning.plugins.io import TorchCheckpointIO
 from pytorch_lightning.utilities import rank_zero_warn
 
-from seqvae.rundir.checkpoints import load_checkpoint
+from seqvae.rundir.checkpoints import LoaderIO, load_checkpoint
 from seqvae.rundir.files import atomic_open
 from seqvae.text.corpus import run_seed
 from seqvae.training.allocator import release_freed_memory
@@ -86,11 +86,12 @@ class PlateauRule(Callback):
         self.best, self.bad_epochs, self.decays = state_dict["best"], state_dict["bad_epochs"], state_dict["decays"]
 
 
-class AtomicCheckpointIO(TorchCheckpointIO):
+class AtomicCheckpointIO(LoaderIO):
     """Writes a checkpoint to a temporary file in the target's directory, fsyncs it, then
     renames it over the target (`seqvae.rundir.files.atomic_open`): a kill during a save leaves
     the previous file whole. (Lightning's own write goes through an fsspec transaction whose temporary file is in
-    the system temp directory; moved across file systems, that is a copy into the target.)"""
+    the system temp directory; moved across file systems, that is a copy into the target.) Reads
+    through the one loader (`LoaderIO`: weights only, a command's `--ckpt_path` read once)."""
 
     def save_checkpoint(self, checkpoint, path, storage_options=None) -> None:
         if "://" in str(path):  # remote storage: Lightning's writer
