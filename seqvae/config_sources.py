@@ -225,3 +225,17 @@ def integer_limits(argv: list[str]) -> dict[str, int]:
                 else:
                     found.pop(key, None)
     return found
+
+
+def settle_seeds(cfg) -> None:
+    """Seeds left unset (`data.seed`, `model.aggressive.init_args.seed`) take the run's seed
+    (`seed_everything`; 0 where it is not a number), written into the parsed config so that
+    config.yaml records the values the run used."""
+    seed = cfg.get("seed_everything")
+    if not isinstance(seed, int) or isinstance(seed, bool):
+        seed = 0
+    if cfg.get("data") is not None and cfg["data"].get("seed") is None:
+        cfg["data"]["seed"] = seed
+    aggressive = cfg["model"].get("aggressive") if cfg.get("model") is not None else None
+    if aggressive is not None and aggressive.get("init_args") is not None and aggressive["init_args"].get("seed") is None:
+        aggressive["init_args"]["seed"] = seed

@@ -151,6 +151,30 @@ def lines_of_file(outputs: list[str], source) -> list[str]:
     return [by_line.get(number, "") for number in range(first, last + 1)]
 
 
+def read_predict_inputs(model, dm) -> tuple[str, ...]:
+    """`seqvae predict`'s input file read (a bad one stops here, before the run directory exists):
+    the split whose data line is printed; none when sampling from the prior."""
+    dm.prior_only = model.generation.mode == "sample"
+    if dm.prior_only or not (dm.hparams.predict or dm.splits["test"] is not None):
+        return ()
+    dm.predict_corpus() if dm.hparams.predict else dm.read_splits(["test"])
+    return ("predict",) if dm.hparams.predict else ("test",)
+
+
+def predicted_lines(predictions: list[list[str]], model, dm) -> tuple[list[str], int, str]:
+    """The generated texts as predictions.txt holds them: a reconstruction of a file gets one line
+    per input line (empty where it had no text). Returns (lines, texts generated, what to say of
+    the empty lines)."""
+    lines = [t for batch in predictions for t in batch]
+    n_texts, blank = len(lines), ""
+    source = dm.predict_source() if model.generation.mode == "reconstruct" else None
+    if source is not None and len(lines) == len(source.texts):
+        lines = lines_of_file(lines, source)
+        if len(lines) > n_texts:
+            blank = f"; {len(lines) - n_texts} empty lines for input lines without a text to reconstruct"
+    return lines, n_texts, blank
+
+
 def check_predict_inputs(model, dm) -> None:
     """`seqvae predict`'s input texts checked once they are read and before the run directory
     exists (a refusal inside the predict loop left a version_N behind, one more per retry): none

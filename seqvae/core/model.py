@@ -177,7 +177,6 @@ class SeqVAE(pl.LightningModule):
         self.encoder_updates = self.decoder_updates = 0  # optimiser steps (encoder > num_updates when aggressive)
         self.fit_seconds = 0.0  # training wall time, accumulated across resumes (FitClock)
         self.vocab: Vocabulary | None = None
-        self.last_test_rows: dict[str, torch.Tensor] | None = None  # per-text test values, for the CLI
         self._noise: EvalNoise | None = None  # this evaluation pass's noise
         self.train_loss_mean = EpochMean()  # the epoch line's train/loss, kept in checkpoints
         self._batch_idx = 0  # for the NonFiniteError message
@@ -298,7 +297,6 @@ class SeqVAE(pl.LightningModule):
 
     def _log_eval(self, stage: str, metrics: EvalMetrics) -> dict[str, float]:
         values = {f"{stage}/{k}": v for k, v in metrics.compute().items()}
-        self.latent_dimensions = metrics.per_dimension() if self.encoder is not None else None  # LatentDimensions
         metrics.reset()
         self.log_dict(values)
         return values
@@ -323,9 +321,7 @@ class SeqVAE(pl.LightningModule):
         evaluate_batch(self, batch, self.test_metrics, self.hparams.test_iw_samples, self.ais)
 
     def on_test_epoch_end(self):
-        # Per-text values (gathered over DDP ranks), for the CLI's per_text.csv.
-        self.last_test_rows = {k: v.cpu() for k, v in self.test_metrics.per_text_rows().items()}
-        self._log_eval("test", self.test_metrics)
+        self._log_eval("test", self.test_metrics)  # the callbacks took their values first (PerTextRows, LatentDimensions)
 
     def on_predict_start(self):
         self._predictor = Predictor(self)

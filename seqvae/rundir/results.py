@@ -12,6 +12,7 @@ from pathlib import Path
 
 from seqvae.metric_spec import TEST, undeclared
 from seqvae.rundir.provenance import provenance
+from seqvae.rundir.run_dir_callbacks import PerTextRows
 from seqvae.rundir.run_files import (
     drop_empty_event_files,
     free_number,
@@ -28,7 +29,8 @@ from seqvae.store.files import CURVES, METRICS, PER_TEXT, PREDICTIONS
 def write_test_results(trainer, model, datamodule, seed_everything, command_line: list[str], extra: dict) -> None:
     """After a test: metrics.json (the test/ metrics, `extra`, data summary, seeds, the run's
     flags and provenance) and per_text.csv, numbered together; the HPARAMS records; the test
-    metrics printed. Rank 0 only (under DDP every rank has the same reduced metrics)."""
+    metrics printed; the per-text values from the trainer's `PerTextRows`. Rank 0 only (under
+    DDP every rank has the same reduced metrics)."""
     log_dir = trainer.log_dir  # a broadcast under DDP: on every rank
     if not trainer.is_global_zero:
         return
@@ -53,7 +55,8 @@ def write_test_results(trainer, model, datamodule, seed_everything, command_line
     }
     metrics.update(m.run_flags())  # warnings about this run's numbers (e.g. BN-VAE's bound), for compare
     metrics["provenance"] = provenance(["seqvae", *command_line])
-    files, rows, test = {}, m.last_test_rows, datamodule.corpora["test"]
+    rows = next((cb.rows for cb in trainer.callbacks if isinstance(cb, PerTextRows)), None)
+    files, test = {}, datamodule.corpora["test"]
     # metrics.json marks a complete set: a per_text.csv without its metrics.json (a kill
     # between the two writes) is the unfinished half of this set and is replaced.
     n = free_number([run_dir / METRICS])
@@ -68,6 +71,19 @@ def write_test_results(trainer, model, datamodule, seed_everything, command_line
     for k, v in sorted(metrics.items()):
         if k.startswith(TEST):
             print(f"  {k:<{width}}  {v:.4f}")
+
+
+def fit_totals(trainer, model) -> dict:
+    """What metrics.json says of the training after `fit` (taken before the test of the best
+    checkpoint puts that checkpoint's counts into the model)."""
+    return {
+        "updates": model.num_updates,
+        "encoder_updates": model.encoder_updates,
+        "decoder_updates": model.decoder_updates,
+        "fit_seconds": round(model.fit_seconds, 1),
+        "epochs": trainer.current_epoch,
+        "best_checkpoint": trainer.checkpoint_callback.best_model_path or None,
+    }
 
 
 def write_fit_curves(trainer) -> None:

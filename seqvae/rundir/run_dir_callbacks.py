@@ -1,6 +1,6 @@
 """The run directory's Lightning callbacks, as the CLI installs them: RunDirConfig (config.yaml
-and vocab.json; a resumed run keeps its config) and RunCheckpoint (`--checkpoint.*`: the
-checkpoints/ of a run, moved run directories re-rooted).
+and vocab.json; a resumed run keeps its config), RunCheckpoint (`--checkpoint.*`: the
+checkpoints/ of a run, moved run directories re-rooted) and PerTextRows (per_text.csv's values).
 """
 
 from __future__ import annotations
@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import yaml
+from pytorch_lightning import Callback
 from pytorch_lightning.callbacks import ModelCheckpoint
 from pytorch_lightning.cli import SaveConfigCallback
 
@@ -88,3 +89,18 @@ class RunCheckpoint(ModelCheckpoint):
     def state_key(self) -> str:
         # ModelCheckpoint's key: checkpoints written before this subclass resume with its state.
         return super().state_key.replace(type(self).__qualname__, ModelCheckpoint.__qualname__, 1)
+
+
+class PerTextRows(Callback):
+    """The per-text values of a test (per_text.csv; `results.write_test_results` reads `rows`),
+    taken from the model's test metrics at the end of the test epoch: a callback's hook runs
+    before the LightningModule's, which computes and resets them. Every DDP rank gathers all
+    ranks' rows (a collective); rank 0 writes them."""
+
+    rows: dict | None = None
+
+    def on_test_epoch_start(self, trainer, pl_module):
+        self.rows = None
+
+    def on_test_epoch_end(self, trainer, pl_module):
+        self.rows = {k: v.cpu() for k, v in pl_module.test_metrics.per_text_rows().items()}

@@ -2,18 +2,21 @@
 plain values, the strategy classes declared in `store.strategies` (the strategy objects of the
 hyper-parameters), under their module paths now and under the flat paths that checkpoints written
 before the subpackages pickled them with (`seqvae.schedules.LinearKLWarmup`). Everything that
-reads a checkpoint comes here.
+reads a checkpoint comes here, Lightning's restore included (`LoaderIO`); a command's
+`--ckpt_path` is read once (`share`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import importlib
+import os
 import pickletools
 import zipfile
 from pathlib import Path
 
 import torch
+from lightning_fabric.plugins import TorchCheckpointIO
 
 from seqvae.errors import CorpusError
 
@@ -50,10 +53,57 @@ def declare_classes_of(path: str | Path) -> None:
             importlib.import_module(module)
 
 
-def load_checkpoint(path: str | Path, option: str, map_location="cpu", **kwargs) -> dict:
+# The checkpoint file a command reads once (`share`): its resolved path -> (file identity, contents), or None before the read.
+_SHARED: dict[Path, tuple[tuple, dict] | None] = {}
+
+
+def share(path: str | Path | None) -> None:
+    """From now on (until `unshare`) every load of this checkpoint file, while it is unchanged,
+    gets the one read of it: the CLI's checks of `--ckpt_path`, the data module's vocabulary, the
+    recorded settings, and Lightning's restore (`LoaderIO`), which takes it (the process does
+    not keep it once Lightning is done with it). None: nothing is shared."""
+    _SHARED.clear()
+    if path is not None:
+        _SHARED[Path(path).resolve()] = None
+
+
+def unshare() -> None:
+    _SHARED.clear()
+
+
+def _identity(path: Path) -> tuple | None:
+    try:
+        s = os.stat(path)
+    except OSError:
+        return None
+    return (s.st_dev, s.st_ino, s.st_size, s.st_mtime_ns)
+
+
+def load_checkpoint(path: str | Path, option: str, map_location="cpu", take: bool = False, **kwargs) -> dict:
     """torch.load with weights_only=True: a checkpoint is data, and one that carries anything
     but tensors, plain values and seqvae's registered classes is refused, in one line naming
-    the option, instead of running the code it pickled."""
+    the option, instead of running the code it pickled. The shared file (`share`) is read once,
+    onto the CPU and not memory-mapped (its contents outlive the call); `take`: the last reader."""
+    key = Path(path).resolve() if _SHARED and map_location == "cpu" else None
+    if key not in _SHARED:
+        return _load(path, option, map_location, **kwargs)
+    identity, kept = _identity(key), _SHARED[key]
+    if kept is None or kept[0] != identity or identity is None:
+        kept = _SHARED[key] = (identity, _load(path, option, "cpu"))
+    if take:
+        del _SHARED[key]
+    return kept[1]
+
+
+class LoaderIO(TorchCheckpointIO):
+    """Lightning's checkpoint reads (the restore of `--ckpt_path`, fit's test of best.ckpt) through
+    `load_checkpoint`: weights only, one line for a bad file, the shared read taken. Writes are Lightning's."""
+
+    def load_checkpoint(self, path, map_location=None, weights_only=None) -> dict:
+        return load_checkpoint(path, "ckpt_path", take=True)
+
+
+def _load(path: str | Path, option: str, map_location, **kwargs) -> dict:
     import pickle
 
     declare_classes_of(path)

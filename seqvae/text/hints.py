@@ -1,8 +1,10 @@
 """One-line warnings about how a corpus is read: an unknown-token spelling that never occurs,
-and a label format (`data.label_column`) that does not fit the file's lines."""
+and a label format (`data.label_column`) that does not fit the file's lines; the data lines
+every command prints (`report_data`)."""
 
 from __future__ import annotations
 
+import sys
 from collections import Counter
 
 from seqvae.text.corpus import Corpus, label_format
@@ -148,3 +150,25 @@ def fallback_warnings(splits: dict) -> list[str]:
         for split, use in uses.items()
         if splits[split] == splits["train"] and splits["train"] is not None
     ]
+
+
+def report_data(trainer, dm, splits: tuple[str, ...]) -> None:
+    """The data lines `fit`, `validate`, `test` and `predict` print (rank 0) for the splits they
+    read: texts, tokens, unk rate, skipped lines; the warnings of a split read with another unknown
+    token or from another corpus; with `train`, those of evaluation splits that are the training text."""
+    if not trainer.is_global_zero or not splits:
+        return
+    summary = dm.summary()
+    for split in splits:
+        print(data_line(split, summary[split]), file=sys.stderr)
+    if "train" not in splits:  # scoring a checkpoint: its vocabulary's unknown token
+        for split in splits:
+            dm.unk_hint(split)
+    train_rate = summary["train"]["unk_rate"] if "train" in summary else (dm.vocab.reading or {}).get("train_unk_rate")
+    for split in splits:
+        hint = unk_rate_hint(split, summary[split], train_rate) if split != "train" else None
+        if hint is not None:
+            print(f"seqvae: warning: {hint}", file=sys.stderr)
+    print(f"seqvae: vocabulary {dm.vocab_size} ids; run directory {trainer.log_dir}", file=sys.stderr)
+    for line in fallback_warnings(dm.splits) if "train" in splits else ():
+        print(f"seqvae: warning: {line}", file=sys.stderr)

@@ -12,7 +12,7 @@ from pytorch_lightning import Callback
 from pytorch_lightning.plugins.io import TorchCheckpointIO
 from pytorch_lightning.utilities import rank_zero_warn
 
-from seqvae.store.checkpoints import load_checkpoint
+from seqvae.store.checkpoints import LoaderIO, load_checkpoint
 from seqvae.store.files import atomic_open
 from seqvae.text.corpus import run_seed
 from seqvae.training.allocator import release_freed_memory
@@ -86,11 +86,12 @@ class PlateauRule(Callback):
         self.best, self.bad_epochs, self.decays = state_dict["best"], state_dict["bad_epochs"], state_dict["decays"]
 
 
-class AtomicCheckpointIO(TorchCheckpointIO):
+class AtomicCheckpointIO(LoaderIO):
     """Writes a checkpoint to a temporary file in the target's directory, fsyncs it, then
     renames it over the target (`seqvae.store.files.atomic_open`): a kill during a save leaves
     the previous file whole. (Lightning's own write goes through an fsspec transaction whose temporary file is in
-    the system temp directory; moved across file systems, that is a copy into the target.)"""
+    the system temp directory; moved across file systems, that is a copy into the target.) Reads
+    through the one loader (`LoaderIO`: weights only, a command's `--ckpt_path` read once)."""
 
     def save_checkpoint(self, checkpoint, path, storage_options=None) -> None:
         if "://" in str(path):  # remote storage: Lightning's writer
@@ -305,9 +306,15 @@ class LatentDimensions(Callback):
 
     def __init__(self, enabled: bool = True):
         self.enabled = enabled
+        self._dims: dict | None = None
+
+    def _take(self, pl_module, metrics) -> None:
+        # From the model's metrics at the epoch's end: a callback's hook runs before the
+        # LightningModule's, which computes and resets them. On every DDP rank (a collective).
+        self._dims = metrics.per_dimension() if self.enabled and pl_module.encoder is not None else None
 
     def _draw(self, trainer, pl_module, stage: str) -> None:
-        dims = getattr(pl_module, "latent_dimensions", None)
+        dims, self._dims = self._dims, None
         experiment = getattr(trainer.logger, "experiment", None)
         if not self.enabled or dims is None or not trainer.is_global_zero or not hasattr(experiment, "add_figure"):
             return
@@ -316,6 +323,13 @@ class LatentDimensions(Callback):
         title = f"{stage}, epoch {trainer.current_epoch + 1}" if stage == "val" else stage
         fig = latent_figure(dims["var_mu"], dims["kl"], title=title)
         experiment.add_figure(f"{stage}/latent_dimensions", fig, global_step=trainer.global_step)
+
+    def on_validation_epoch_end(self, trainer, pl_module):
+        if not trainer.sanity_checking and trainer.state.fn == "fit":
+            self._take(pl_module, pl_module.val_metrics)
+
+    def on_test_epoch_end(self, trainer, pl_module):
+        self._take(pl_module, pl_module.test_metrics)
 
     def on_validation_end(self, trainer, pl_module):
         if not trainer.sanity_checking and trainer.state.fn == "fit":

@@ -21,6 +21,7 @@ import yaml
 from seqvae.errors import ConfigError
 from seqvae.store.checkpoints import load_checkpoint
 from seqvae.store.files import CONFIG
+from seqvae.text.corpus import Vocabulary
 
 # Dotted keys, or sections (a key and everything under it), that a resume may change.
 MAY_CHANGE = (
@@ -31,10 +32,10 @@ MAY_CHANGE = (
     "trainer.logger", "trainer.log_every_n_steps", "trainer.enable_progress_bar", "trainer.enable_model_summary",
     "trainer.default_root_dir", "trainer.num_sanity_val_steps", "trainer.limit_test_batches",
     "trainer.limit_predict_batches", "periodic_checkpoint", "text_samples", "latent_dimensions",
-    # evaluation only (the same keys keep the command's value when a checkpoint is scored: cli.EVAL_KEYS)
+    # evaluation only (the same keys keep the command's value when a checkpoint is scored: retest.EVAL_KEYS)
     "model.val_iw_samples", "model.test_iw_samples", "model.iw_max_elements", "model.mi_dataset", "model.eval_seed",
     "model.generation", "data.test", "data.test_lines", "data.predict", "data.eval_batch_size", "data.num_workers",
-    # the vocabulary is compared word by word (cli._same_vocabulary)
+    # the vocabulary is compared word by word (same_vocabulary)
     "data.vocab",
 )  # fmt: skip
 
@@ -117,6 +118,21 @@ def check_resume(parser, cfg, ckpt: str) -> None:
     if allowed:
         shown = ", ".join(f"{k} {_text(changed[k][0])} -> {_text(changed[k][1])}" for k in allowed)
         print(f"seqvae: resuming {ckpt} with {shown} (config.yaml records the new values)", file=sys.stderr)
+
+
+def same_vocabulary(ckpt: str, vocab: Vocabulary) -> None:
+    """Resuming with other training text builds another vocabulary, whose embedding sizes
+    cannot load the checkpoint's weights: one line instead of a state-dict size mismatch."""
+    saved = load_checkpoint(ckpt, "ckpt_path", mmap=True).get("vocab")
+    saved = Vocabulary.from_str(saved).tokenizer.get_vocab() if saved is not None else None
+    now = vocab.tokenizer.get_vocab()
+    if saved is not None and saved != now:
+        moved = sum(1 for word, i in saved.items() if now.get(word) != i)  # missing, or at another id
+        raise ConfigError(
+            f"ckpt_path: {ckpt} was trained with another vocabulary ({len(saved)} ids) than data.train gives now "
+            f"({len(now)} ids; {moved} of the checkpoint's words missing or at other ids): resume with the "
+            "training data (and data.* options) the run started with"
+        )
 
 
 def _text(value) -> str:

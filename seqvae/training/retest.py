@@ -2,9 +2,9 @@
 decides are recorded as the checkpoint's values, and a command that gave others is told so in
 one line, instead of config.yaml (and compare's row labels) naming values that did not run.
 
-Lightning replaces the model's config with the checkpoint's hyper-parameters (the CLI keeps the
-evaluation keys, `SeqVAECLI.EVAL_KEYS`); the vocabulary, and with it the unknown token, comes
-from the checkpoint (`data.vocab`), so `data.unk_token` is the checkpoint's too.
+The checkpoint's hyper-parameters replace the model's config, as Lightning's CLI does, except
+the evaluation keys (`EVAL_KEYS`; `checkpoint_into_config`); the vocabulary, and with it the
+unknown token, comes from the checkpoint (`data.vocab`), so `data.unk_token` is the checkpoint's too.
 """
 
 from __future__ import annotations
@@ -14,7 +14,42 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from seqvae.store.checkpoints import load_checkpoint
+from seqvae.store.checkpoints import load_checkpoint, share
+
+# Evaluation settings, not part of what a checkpoint is: on `--ckpt_path` (validate, test, predict), Lightning
+# replaces the model's config with the checkpoint's hyper-parameters, which would silently evaluate with the K
+# the run was trained with. These keys keep the value of this command's config (--config files, --model.*).
+EVAL_KEYS = ("val_iw_samples", "test_iw_samples", "iw_max_elements", "mi_dataset", "eval_seed", "ais")
+
+
+def checkpoint_into_config(parser, config):
+    """`--ckpt_path` as the CLI parses it: the file is read here, once for the whole command
+    (`share`; a code-carrying file refused in one line), and for validate/test/predict its
+    hyper-parameters replace the model's config (LightningCLI's `_parse_ckpt_path`, reading that
+    one copy) but for `EVAL_KEYS`; `fit` resumes with the command's settings, refused where they
+    differ (training/resume.py). Returns (the config, the model section as the command gave it)."""
+    sub = config.get("subcommand")
+    model = config[sub].get("model") if sub else None
+    given = model.clone() if model is not None else None  # before the checkpoint's values replace it
+    ckpt = config[sub].get("ckpt_path") if sub else None
+    if not ckpt or not Path(ckpt).is_file():
+        return config, given
+    share(ckpt)
+    hparams = dict(load_checkpoint(ckpt, "ckpt_path").get("hyper_parameters", {}))  # a copy: the read is shared
+    hparams.pop("_instantiator", None)
+    if sub == "fit" or not hparams:
+        return config, given
+    if "_class_path" in hparams:
+        hparams = {"class_path": hparams.pop("_class_path"), "dict_kwargs": hparams}
+    keep = {k: model.get(k) for k in EVAL_KEYS if k in model} if model is not None else {}
+    try:
+        config = parser.parse_object({sub: {"model": hparams}}, config)
+    except SystemExit:
+        sys.stderr.write("Parsing of ckpt_path hyperparameters failed!\n")
+        raise
+    for k, v in keep.items():
+        config[sub]["model"][k] = v
+    return config, given
 
 
 def _shown(value) -> str:

@@ -1,0 +1,79 @@
+"""The run directory's guards, as the CLI calls them before anything is written: a checkpoint
+path that names no file, a logger directory under a file, a finished run that `fit` would write
+into (or `last` to resume where there is none), and validate/test/predict with a finished run's
+own config.yaml, sent to the next free version beside it. Each refusal is one line (ConfigError)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from seqvae.errors import ConfigError
+from seqvae.store.files import CONFIG, LAST, checkpoint_path
+
+LIGHTNING_CHECKPOINTS = ("best", "last", "hpc", "registry")  # what Lightning resolves itself
+
+
+def check_checkpoint_file(ckpt: str | None) -> None:
+    """Before the data are read: a missing checkpoint would otherwise surface as whatever the
+    data module misses without it (the vocabulary it was to give, the training text)."""
+    if ckpt and ckpt not in LIGHTNING_CHECKPOINTS and not Path(ckpt).is_file():
+        if Path(ckpt).is_dir():
+            raise ConfigError(f"ckpt_path: {ckpt} is a directory, not a checkpoint file")
+        raise ConfigError(f"ckpt_path: no such checkpoint file {ckpt}")
+
+
+def _logger_args(cfg):
+    logger = (cfg.get("trainer") or {}).get("logger")
+    return getattr(logger, "init_args", None)
+
+
+def check_save_dir(cfg) -> None:
+    """A logger directory under a file (`save_dir: notes.txt`) is refused in one line before
+    any data is read (it surfaced as NotADirectoryError after the data and a run line)."""
+    args = _logger_args(cfg)
+    save_dir = args.get("save_dir") if args is not None else None
+    if not save_dir:
+        return
+    for path in (Path(save_dir), *Path(save_dir).parents):
+        if path.exists() and not path.is_dir():
+            raise ConfigError(f"trainer.logger.init_args.save_dir: {path} is a file, not a directory (save_dir {save_dir})")
+
+
+def beside_a_finished_run(cfg, subcommand: str) -> None:
+    """validate/test/predict with a run's own config.yaml, whose logger names the run's fixed
+    version (every sweep cell's does), would write into that finished run (Lightning refuses
+    with a traceback, after adding an events file to it): such a command writes to the next
+    free version_N beside it instead, and says so."""
+    args = _logger_args(cfg)
+    version = args.get("version") if args is not None else None
+    if version is None or not args.get("save_dir"):
+        return
+    run = Path(args.save_dir, args.get("name") or "", version if isinstance(version, str) else f"version_{version}")
+    if (run / CONFIG).exists():
+        args["version"] = None
+        note = f"seqvae: {run} holds a finished run: this {subcommand} writes to a new version_N beside it"
+        print(note, file=sys.stderr)
+
+
+def fit_checkpoint(ckpt: str | None, log_dir: str | None) -> str | None:
+    """The checkpoint `fit` resumes from. Lightning's "last" is this run directory's last.ckpt,
+    found here so that it gets the resume checks (where there is none Lightning would train from
+    scratch, only warning). Without one, a run directory that already holds a run is refused,
+    before Lightning writes anything there (its own refusal came after a new TensorBoard events
+    file was added to the old run)."""
+    if ckpt == "last":
+        last = checkpoint_path(log_dir or ".", LAST)
+        if not last.is_file():
+            raise ConfigError(
+                f"ckpt_path: last: no {last} to resume (name the run with trainer.logger.init_args.version, "
+                "or give the checkpoint's path)"
+            )
+        return str(last)
+    if not ckpt and log_dir and (Path(log_dir) / CONFIG).exists():
+        last = checkpoint_path(log_dir, LAST)
+        raise ConfigError(
+            f"trainer.logger.init_args.version: {log_dir} already holds a run (config.yaml): give another "
+            f"version (or none: the next free one), or resume it with --ckpt_path {last}"
+        )
+    return ckpt
