@@ -19,6 +19,7 @@ from seqvae.analysis import compare, plots
 from seqvae.core.metrics import EvalMetrics
 from seqvae.metric_spec import SPEC, TEST, Metric
 from seqvae.rundir import results
+from seqvae.rundir.run_dir_callbacks import PerTextRows
 
 
 def gen(seed: int) -> torch.Generator:
@@ -102,10 +103,12 @@ def run_tested(tmp_path: Path, name: str, rec: list[float], latent_dim: int, mon
     from torch.utils.tensorboard import SummaryWriter
 
     writer = SummaryWriter(log_dir=str(run))
+    per_text = PerTextRows()
+    per_text.rows = rows  # what the callback keeps from a test's metric object
     trainer = SimpleNamespace(log_dir=str(run), is_global_zero=True, callback_metrics=logged,
-                              logger=SimpleNamespace(experiment=writer))  # fmt: skip
+                              logger=SimpleNamespace(experiment=writer), callbacks=[per_text])  # fmt: skip
     model = SimpleNamespace(num_updates=10, hparams=SimpleNamespace(test_iw_samples=5, eval_seed=0), aggressive=None,
-                            run_flags=dict, last_test_rows=rows)  # fmt: skip
+                            run_flags=dict)  # fmt: skip
     test = SimpleNamespace(line_numbers=list(range(1, len(rec) + 1)), labels=None)
     data = SimpleNamespace(summary=lambda: {"test": {"sha256": "same texts"}}, hparams=SimpleNamespace(seed=1),
                            corpora={"test": test})  # fmt: skip

@@ -93,13 +93,17 @@ def read_per_text(run: dict) -> tuple[dict[int, dict] | None, str]:
         reader = csv.DictReader(f)
         paired = by_text()  # the columns a difference by text reads
         columns = per_text_columns()
-        absent = [c for c in columns if c in ("index", *paired.values()) and c not in (reader.fieldnames or [])]
+        have = reader.fieldnames or []
+        # a metric only some tests measure (`every_run` False: AIS) is paired where the file has its column
+        needed = ["index", *(c for mid, c in paired.items() if metric(mid).every_run)]
+        absent = [c for c in columns if c in needed and c not in have]
         if absent:
             raise CompareError(f"{path}: no column {', '.join(absent)} (expected {','.join(columns)})")
+        read = [c for c in paired.values() if c in have]
         for line, row in enumerate(reader, start=2):
             try:
                 index = int(row["index"])
-                values = {c: float(row[c]) for c in paired.values()}
+                values = {c: float(row[c]) for c in read}
             except (TypeError, ValueError):
                 raise CompareError(f"{path}:{line}: not a number in {dict(row)}") from None
             if index in rows:
@@ -259,9 +263,9 @@ def differences(g: dict, base: dict) -> tuple[dict, str, str]:
     other_texts = why.startswith(DIFFERENT_TEXTS)  # a Monte-Carlo s.e. beside it would read as its error
     for mid in diff_ids():
         va, vb = value(a, mid), value(b, mid)
-        if mid in paired and texts is not None:
-            ta, tb = texts
-            col = paired[mid]
+        ta, tb = texts if texts is not None else ({}, {})
+        col = paired.get(mid)
+        if col is not None and texts is not None and all(col in r for r in (*ta.values(), *tb.values())):
             d = [ta[i][col] - tb[i][col] for i in sorted(ta) if math.isfinite(ta[i][col]) and math.isfinite(tb[i][col])]
             out[mid] = {**t_interval(d), "by": "text"} if d else {"diff": None, "why": f"{col} is nan for every text"}
             continue
