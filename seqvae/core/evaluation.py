@@ -16,6 +16,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from seqvae.core import dual_kl  # noqa: F401 (declares DualKL, whose `test_batch` runs at test)
 from seqvae.core.chunking import iw_budget
 from seqvae.core.metrics import iw_nll_from_weights, iw_nll_standard_error, posterior_iw_log_weights
 
@@ -96,3 +97,5 @@ def evaluate_batch(model, batch: dict, metrics, n_iw: int) -> None:
         iw = iw_nll_from_weights(log_w)
         iw_se = iw_nll_standard_error(log_w)  # its Monte-Carlo noise, per text
     metrics.update(rec, kl, n_predicted, features=h, iw_nll=iw, mi_generator=noise.mi, index=index, iw_se=iw_se, posterior=q)
+    if model._trainer is not None and model.trainer.testing:
+        model.kl_penalty.test_batch(model, batch, q, h)  # a penalty's own estimates (DualKL: the reference's, SPEC §11.5)

@@ -13,7 +13,7 @@ import torch
 
 # The modules whose strategy classes a checkpoint's hyper-parameters may carry: importing them
 # declares their classes (`core.strategies.strategy`), which `allow_strategies` hands to torch.
-from seqvae.core import aggressive, isobn, losses, posteriors, schedules, transformer  # noqa: F401
+from seqvae.core import aggressive, dual_kl, isobn, losses, optimizers, posteriors, schedules, transformer  # noqa: F401
 from seqvae.core.strategies import STRATEGIES
 from seqvae.errors import CorpusError
 from seqvae.text.corpus import Vocabulary
