@@ -22,7 +22,7 @@ from seqvae.core.generation import Decoding, Generation, Predictor
 from seqvae.core.isobn import IsoBN
 from seqvae.core.losses import KLPenalty, Regularizer, StandardKL
 from seqvae.core.metrics import EvalMetrics
-from seqvae.core.networks import Init, LSTMDecoder, Pooling, encoder_optimizer, make_encoder, pretrained_encoder
+from seqvae.core.networks import Init, LSTMDecoder, Pooling, make_encoder, pretrained_encoder, vae_optimizers
 from seqvae.core.optimizers import Optimizer
 from seqvae.core.posteriors import Posterior
 from seqvae.core.schedules import KLSchedule, LinearKLWarmup
@@ -216,9 +216,7 @@ class SeqVAE(pl.LightningModule):
 
     # ---------------------------------------------------------------- training
     def configure_optimizers(self):
-        opt, lr = self.vae_optimizer, self.hparams.lr  # None: He et al.'s SGD
-        decoder = opt.make(self.decoder.parameters(), lr) if opt else torch.optim.SGD(self.decoder.parameters(), lr=lr)
-        return [decoder] if self.encoder is None else [encoder_optimizer(self.encoder, lr, opt), decoder]
+        return vae_optimizers(self.encoder, self.decoder, self.hparams.lr, self.vae_optimizer)
 
     def configure_callbacks(self):
         have = {type(c) for c in self.trainer.callbacks}  # fit's own test: already attached

@@ -80,6 +80,13 @@ def encoder_optimizer(encoder: nn.Module, lr: float, optimizer=None) -> torch.op
     return optimizer.make(encoder.parameters(), lr) if optimizer is not None else torch.optim.SGD(encoder.parameters(), lr=lr)
 
 
+def vae_optimizers(encoder: nn.Module | None, decoder: nn.Module, lr: float, optimizer=None) -> list[torch.optim.Optimizer]:
+    """The encoder's optimiser (none for the language model) and the decoder's: `optimizer`
+    (model.optimizer, `core/optimizers.py`), else He et al.'s SGD at model.lr."""
+    dec = optimizer.make(decoder.parameters(), lr) if optimizer is not None else torch.optim.SGD(decoder.parameters(), lr=lr)
+    return [dec] if encoder is None else [encoder_optimizer(encoder, lr, optimizer), dec]
+
+
 def make_encoder(encoder, feature_norm, h, posterior=None, kl_penalty=None) -> tuple[nn.Module | None, int]:
     """The encoder of SeqVAE's hyper-parameters `h` and its feature size: `encoder.build(...)`
     when a strategy is chosen (`model.encoder`, e.g. the Transformer), else the LSTM of
