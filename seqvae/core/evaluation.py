@@ -20,6 +20,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from seqvae.core import dual_kl  # noqa: F401 (declares DualKL, whose `test_batch` runs at test)
 from seqvae.core.ais import exact_decoder_nll
 from seqvae.core.chunking import iw_budget
 from seqvae.core.metrics import iw_nll_from_weights, iw_nll_standard_error, posterior_iw_log_weights
@@ -115,3 +116,5 @@ def evaluate_batch(model, batch: dict, metrics, n_iw: int, ais=None) -> None:
     metrics.update(
         rec, kl, n_predicted, features=h, iw_nll=iw, mi_generator=noise.mi, index=index, iw_se=iw_se, posterior=q, ais=estimate
     )
+    if model._trainer is not None and model.trainer.testing:
+        model.kl_penalty.test_batch(model, batch, q, h)  # a penalty's own estimates (DualKL: the reference's, SPEC §11.5)

@@ -26,6 +26,19 @@ class KLPenalty:
     def __call__(self, kl: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
 
+    def build(self, latent_dim: int, feature_dim: int) -> torch.nn.Module | None:
+        """A module the penalty trains beside the VAE (the model keeps it as `penalty_module`, so
+        checkpoints hold it: `dual_kl.Critics`); None: none."""
+        return None
+
+    def term(self, kl: torch.Tensor, z: torch.Tensor, features: torch.Tensor, module) -> torch.Tensor:
+        """The term per sentence (B,): from the KL terms (B, Z) alone, unless the penalty needs the
+        batch's draws z (B, Z), the encoder features (B, H) and its `build` module (`DualKL`)."""
+        return self(kl)
+
+    def test_batch(self, model, batch: dict, q, features: torch.Tensor) -> None:
+        """Estimates of the penalty's own, logged at test beside the exact metrics (`DualKL`'s)."""
+
 
 class StandardKL(KLPenalty):
     """The true KL, summed over dimensions."""

@@ -27,7 +27,8 @@ from seqvae.core.generation import Decoding, Generation, Predictor
 from seqvae.core.isobn import IsoBN
 from seqvae.core.losses import KLPenalty, Regularizer, StandardKL
 from seqvae.core.metrics import EvalMetrics
-from seqvae.core.networks import Init, LSTMDecoder, Pooling, encoder_optimizer, make_encoder, pretrained_encoder
+from seqvae.core.networks import Init, LSTMDecoder, Pooling, make_encoder, pretrained_encoder, vae_optimizers
+from seqvae.core.optimizers import Optimizer
 from seqvae.core.posteriors import Posterior
 from seqvae.core.schedules import KLSchedule, LinearKLWarmup
 from seqvae.core.transformer import TransformerEncoder
@@ -116,6 +117,7 @@ class SeqVAE(pl.LightningModule):
         kl_penalty: The KL term in the training loss (default: the true KL; or free bits).
         regularizers: Extra loss terms on encoder features, e.g. CosineDispersion.
         lr: SGD learning rate of both optimisers (1.0 in He et al.).
+        optimizer: Not SGD: the optimiser of encoder and decoder (`optimizers.py`: Adam, iVAE's reference).
         grad_clip: Clip the norm of the whole gradient (all parameters together) at this value.
         val_iw_samples: Importance samples for IW-NLL during validation (0: off).
         test_iw_samples: Importance samples for IW-NLL at test (500 in the papers).
@@ -151,7 +153,7 @@ class SeqVAE(pl.LightningModule):
         init: Init = "reference", fused_output: bool = True, encoder_hidden_dim: int | None = None,
         generation: Generation = Generation(),  # noqa: B008 (frozen: immutable default)
         encoder: TransformerEncoder | None = None, feature_norm: IsoBN | None = None, posterior: Posterior | None = None,
-        ais: AIS | None = None,
+        ais: AIS | None = None, optimizer: Optimizer | None = None,
     ):  # fmt: skip
         super().__init__()
         self.save_hyperparameters(ignore=["generation"])
@@ -161,14 +163,15 @@ class SeqVAE(pl.LightningModule):
         self.kl_schedule = kl_schedule or LinearKLWarmup()
         self.kl_penalty = kl_penalty or StandardKL()
         self.regularizers = list(regularizers or [])
-        self.aggressive, self.ais = aggressive, ais  # ais: at test only (`core/ais.py`)
+        self.aggressive, self.ais, self.vae_optimizer = aggressive, ais, optimizer  # ais: at test only (`core/ais.py`)
         for name, allowed in MODEL_OPTIONS.items():
             check_option(f"model.{name}", self.hparams[name], allowed)
-        strategies = {"kl_schedule": self.kl_schedule, "kl_penalty": self.kl_penalty, "aggressive": aggressive}
+        strategies = {"kl_schedule": self.kl_schedule, "kl_penalty": self.kl_penalty, "aggressive": aggressive, "optimizer": optimizer}
         strategies.update({f"regularizers[{i}]": r for i, r in enumerate(self.regularizers)})
         for option, strategy in strategies.items():
             check_strategy(f"model.{option}", strategy)
         self.encoder, feature_dim = make_encoder(encoder, feature_norm, self.hparams, posterior, self.kl_penalty)
+        self.penalty_module = self.kl_penalty.build(latent_dim, feature_dim) if self.encoder is not None else None  # DualKL's critics
         dropout = (dropout_in, dropout_out)
         self.decoder = LSTMDecoder(vocab_size, embed_dim, hidden_dim, latent_dim, *dropout, skip, init, fused_output)
         self.val_metrics = EvalMetrics(latent_dim, feature_dim, mi_dataset, seed=eval_seed)
@@ -204,9 +207,9 @@ class SeqVAE(pl.LightningModule):
             rec = -self.decoder.log_likelihood(tokens, lengths, None, inputs, summed=True)[:, 0].mean()
             return {"loss": rec, "rec": rec.detach()}
         q, h = self.encoder.encode(tokens, lengths)
-        rec = -self.decoder.log_likelihood(tokens, lengths, q.sample(1), inputs, summed=True)[:, 0]  # (B,), meaned below; z (B, 1, Z)
+        rec = -self.decoder.log_likelihood(tokens, lengths, z := q.sample(1), inputs, summed=True)[:, 0]  # (B,), meaned below; z (B, 1, Z)
         kl_dims = q.kl_terms()  # (B, Z), or (B, 1) for a posterior whose KL does not split over dimensions
-        loss = (rec + kl_weight * self.kl_penalty(kl_dims)).mean()
+        loss = (rec + kl_weight * self.kl_penalty.term(kl_dims, z[:, 0], h, self.penalty_module)).mean()
         terms = {"rec": rec.mean().detach(), "kl": kl_dims.sum(-1).mean().detach()}
         extra = {reg.name: reg(h) for reg in self.regularizers} | self.encoder.posterior.training_terms(q, kl_weight)
         for name, value in extra.items():  # the posterior's own terms (e.g. WAE-RNF's MMD) after the regularisers
@@ -217,8 +220,7 @@ class SeqVAE(pl.LightningModule):
 
     # ---------------------------------------------------------------- training
     def configure_optimizers(self):
-        decoder = torch.optim.SGD(self.decoder.parameters(), lr=self.hparams.lr)
-        return [decoder] if self.encoder is None else [encoder_optimizer(self.encoder, self.hparams.lr), decoder]
+        return vae_optimizers(self.encoder, self.decoder, self.hparams.lr, self.vae_optimizer)
 
     def configure_callbacks(self):
         have = {type(c) for c in self.trainer.callbacks}  # fit's own test: already attached

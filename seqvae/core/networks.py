@@ -73,10 +73,20 @@ class LSTMEncoder(PosteriorEncoder):
         return self.pool(h, mask, lengths)  # (B, H)
 
 
-def encoder_optimizer(encoder: nn.Module, lr: float) -> torch.optim.Optimizer:
-    """He et al.'s SGD at model.lr, unless the encoder chooses its own (`TransformerNet.make_optimizer`)."""
+def encoder_optimizer(encoder: nn.Module, lr: float, optimizer=None) -> torch.optim.Optimizer:
+    """The encoder's own choice (`TransformerNet.make_optimizer`), else `optimizer` (model.optimizer,
+    `core/optimizers.py`), else He et al.'s SGD at model.lr."""
     make = getattr(encoder, "make_optimizer", None)
-    return make(lr) if make is not None else torch.optim.SGD(encoder.parameters(), lr=lr)
+    if make is not None:
+        return make(lr)
+    return optimizer.make(encoder.parameters(), lr) if optimizer is not None else torch.optim.SGD(encoder.parameters(), lr=lr)
+
+
+def vae_optimizers(encoder: nn.Module | None, decoder: nn.Module, lr: float, optimizer=None) -> list[torch.optim.Optimizer]:
+    """The encoder's optimiser (none for the language model) and the decoder's: `optimizer`
+    (model.optimizer, `core/optimizers.py`), else He et al.'s SGD at model.lr."""
+    dec = optimizer.make(decoder.parameters(), lr) if optimizer is not None else torch.optim.SGD(decoder.parameters(), lr=lr)
+    return [dec] if encoder is None else [encoder_optimizer(encoder, lr, optimizer), dec]
 
 
 def make_encoder(encoder, feature_norm, h, posterior=None, kl_penalty=None) -> tuple[nn.Module | None, int]:
