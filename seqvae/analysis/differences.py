@@ -11,7 +11,7 @@ import math
 import statistics
 
 from seqvae.analysis.runs import MISSING, CompareError, texts_digests, value
-from seqvae.metric_spec import differenced, metric, per_text_columns
+from seqvae.metric_spec import SPEC, differenced, metric, per_text_columns
 
 # A difference in JSON: diff (row − baseline), 95% bounds lo/hi, n pairs (texts, seeds) or runs, df of the
 # t quantile, by ("text", "seed", "welch" or None), why there is no interval, MC se of a one-run difference;
@@ -92,7 +92,8 @@ def read_per_text(run: dict) -> tuple[dict[int, dict] | None, str]:
     with open(path, newline="", encoding="utf-8") as f:
         reader = csv.DictReader(f)
         paired = by_text()  # the columns a difference by text reads
-        columns = per_text_columns()
+        optional = {m.per_text for m in SPEC if m.per_text and not m.every_run}  # AIS's: where it ran
+        columns = tuple(c for c in per_text_columns() if c not in optional)
         have = reader.fieldnames or []
         # a metric only some tests measure (`every_run` False: AIS) is paired where the file has its column
         needed = ["index", *(c for mid, c in paired.items() if metric(mid).every_run)]
