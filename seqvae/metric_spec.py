@@ -36,6 +36,7 @@ class Metric:
     mc_se: str | None = None  # the id of the metric holding this one's Monte-Carlo standard error
     every_run: bool = True  # False: only runs a later command measured (`seqvae probe`); its difference column shows where a row has it
     divide_by: float = 1  # compare shows the recorded value divided by this (fit_seconds as minutes)
+    logged: bool = False  # logged at test by a strategy (a KL penalty's own estimates), not computed by EvalMetrics
 
 
 # compare's column order. rec, elbo_ppl and the μ spectrum's EV are in metrics.json only: compare's
@@ -53,6 +54,14 @@ SPEC: list[Metric] = [
     Metric("ais_ppl", "test/ais_ppl", "AIS PPL", 1, compared=False),
     Metric("ais_accept", "test/ais_accept", "AIS HMC acceptance", 3, compared=False),
     Metric("ais_seconds_per_text", "test/ais_seconds_per_text", "AIS s/text", 2, compared=False),
+    # iVAE's reference estimates (DualKL.test_batch, SPEC §11.5; a run with model.kl_penalty DualKL only):
+    # NLL-bar = reconstruction over 128 posterior draws + the critic's NWJ dual KL, which is not an NLL
+    Metric("nll_bar", "test/nll_bar", "NLL-bar", 2, every_run=False, logged=True),
+    Metric("rec_bar", "test/rec_bar", "rec-bar", 2, compared=False, logged=True),
+    Metric("dual_kl", "test/dual_kl", "dual KL", 2, every_run=False, logged=True),
+    Metric("dual_kl_z", "test/dual_kl_z", "dual KL(z)", 2, compared=False, logged=True),
+    Metric("dual_mi", "test/dual_mi", "dual MI", 2, compared=False, logged=True),
+    Metric("sigma_min_L", "test/sigma_min_L", "σ_min(L)", 4, compared=False, logged=True),  # FullCovGaussianPosterior's L
     Metric("neg_elbo", "test/loss", "−ELBO", 2, differenced=True, per_text="neg_elbo", text_mean=True, bn_sensitive=True,
            hparam=True),
     Metric("rec", "test/rec", "reconstruction", 2, compared=False, bn_sensitive=True),
