@@ -61,43 +61,43 @@ def test_a_spec_with_an_id_twice_or_an_se_of_nothing_is_refused():
 
 # ---------------------------------------------------------------- a new metric, end to end
 
-NLL_BAR = Metric("nll_bar", "test/nll_bar", "NLL-bar", 2, differenced=True, per_text="nll_bar", text_mean=True,
+TOY_NLL = Metric("toy_nll", "test/toy_nll", "toy NLL", 2, differenced=True, per_text="toy_nll", text_mean=True,
                  hparam=True, bar=True)  # fmt: skip
 
 
 @pytest.fixture
-def nll_bar():
-    """NLL_BAR declared for the test's length, as its one entry in SPEC."""
-    SPEC.append(NLL_BAR)
+def toy_nll():
+    """TOY_NLL declared for the test's length, as its one entry in SPEC."""
+    SPEC.append(TOY_NLL)
     try:
         metric_spec.check(SPEC)
-        yield NLL_BAR
+        yield TOY_NLL
     finally:
-        SPEC.remove(NLL_BAR)
+        SPEC.remove(TOY_NLL)
 
 
-class WithNllBar(EvalMetrics):
+class WithToyNll(EvalMetrics):
     """EvalMetrics with the code of one more metric, per text and over the set (stand-in values:
     each text's reconstruction + 1)."""
 
-    PER_TEXT = (*EvalMetrics.PER_TEXT, "nll_bar")
+    PER_TEXT = (*EvalMetrics.PER_TEXT, "toy_nll")
 
     def update(self, rec, kl, n_tokens, **kwargs):
         super().update(rec, kl, n_tokens, **kwargs)
-        self.text_nll_bar.append(rec.detach().double() + 1)
+        self.text_toy_nll.append(rec.detach().double() + 1)
 
     def compute(self):
-        return {**super().compute(), "nll_bar": (self.rec / self.n + 1).float()}
+        return {**super().compute(), "toy_nll": (self.rec / self.n + 1).float()}
 
 
 def run_tested(tmp_path: Path, name: str, rec: list[float], latent_dim: int, monkeypatch) -> Path:
     """A run directory as `seqvae test` leaves it: config.yaml, then metrics.json, per_text.csv and
-    the HPARAMS records written by write_test_results from a tested WithNllBar."""
+    the HPARAMS records written by write_test_results from a tested WithToyNll."""
     run = tmp_path / name / "seed1"
     run.mkdir(parents=True)
     config = {"seed_everything": 1, "model": {"latent_dim": latent_dim}, "data": {"seed": 1}}
     (run / "config.yaml").write_text(yaml.safe_dump(config))
-    m = WithNllBar(latent_dim=2, feature_dim=3, mi_dataset=True, per_text=True)
+    m = WithToyNll(latent_dim=2, feature_dim=3, mi_dataset=True, per_text=True)
     feed(m, rec)
     rows, logged = m.per_text_rows(), {f"{TEST}{k}": v for k, v in m.compute().items()}
     from torch.utils.tensorboard import SummaryWriter
@@ -139,44 +139,44 @@ def run_compare(capsys, *args) -> tuple[int, str, str]:
     return rc, out, err
 
 
-def test_a_metric_added_to_the_spec_reaches_all_five_outputs(nll_bar, tmp_path, capsys, monkeypatch):
+def test_a_metric_added_to_the_spec_reaches_all_five_outputs(toy_nll, tmp_path, capsys, monkeypatch):
     base = run_tested(tmp_path, "base", [10.0, 20.0, 30.0, 40.0], 4, monkeypatch)
     run = run_tested(tmp_path, "wider", [12.0, 21.0, 33.0, 40.0], 8, monkeypatch)
     assert "not declared" not in capsys.readouterr().err
     # 1. metrics.json
-    assert json.loads((run / "metrics.json").read_text())["test/nll_bar"] == pytest.approx(27.5)
+    assert json.loads((run / "metrics.json").read_text())["test/toy_nll"] == pytest.approx(27.5)
     # 2. per_text.csv: after the columns the first runs wrote
     with open(run / "per_text.csv", newline="") as f:
         table = list(csv.reader(f))
-    assert table[0] == ["index", "line", "tokens", "neg_elbo", "kl", "iw_nll", "iw_se", "nll_bar"]
+    assert table[0] == ["index", "line", "tokens", "neg_elbo", "kl", "iw_nll", "iw_se", "toy_nll"]
     assert [float(r[-1]) for r in table[1:]] == [13.0, 22.0, 34.0, 41.0]
     # 3. compare: table, CSV, JSON and the difference to a baseline (paired by text, as declared)
     rc, out, _ = run_compare(capsys, base, run, "--label", "dir")
     assert rc == 0
     header, _, *lines = [[c.strip() for c in line.split("|")] for line in out.splitlines()[:4]]
-    assert [cells[header.index("NLL-bar")] for cells in lines] == ["26.00", "27.50"]
+    assert [cells[header.index("toy NLL")] for cells in lines] == ["26.00", "27.50"]
     rc, out, _ = run_compare(capsys, base, run, "--label", "dir", "--format", "csv")
     rows = list(csv.DictReader(io.StringIO(out)))
-    assert [float(r["nll_bar_mean"]) for r in rows] == [26.0, 27.5]
+    assert [float(r["toy_nll_mean"]) for r in rows] == [26.0, 27.5]
     rc, out, _ = run_compare(capsys, run, "--baseline", base, "--label", "dir", "--format", "json")
     row = json.loads(out)["rows"][1]
-    assert row["nll_bar"]["mean"] == 27.5
-    assert {k: row["difference"]["nll_bar"][k] for k in ("diff", "n", "by")} == {"diff": 1.5, "n": 4, "by": "text"}
+    assert row["toy_nll"]["mean"] == 27.5
+    assert {k: row["difference"]["toy_nll"][k] for k in ("diff", "n", "by")} == {"diff": 1.5, "n": 4, "by": "text"}
     rc, out, _ = run_compare(capsys, run, "--baseline", base, "--label", "dir")
-    assert "| NLL-bar |" in out and "+1.50 [" in out
+    assert "| toy NLL |" in out and "+1.50 [" in out
     # 4. the bar chart's panels
     groups = compare.group_runs(compare.find_runs([str(base), str(run)]), "dir")
     fig = plots.bar_figure(groups)
-    assert [ax.get_title() for ax in fig.axes] == ["IW-NLL", "KL", "MI(dataset)", "AU", "feature cos", "NLL-bar"]
+    assert [ax.get_title() for ax in fig.axes] == ["IW-NLL", "KL", "MI(dataset)", "AU", "feature cos", "toy NLL"]
     # 5. TensorBoard's HPARAMS metrics
     assert hparams_metrics(run) == [s.key for s in SPEC if s.hparam]
-    assert hparams_metrics(run)[-1] == "test/nll_bar"
+    assert hparams_metrics(run)[-1] == "test/toy_nll"
 
 
 def test_an_undeclared_test_metric_is_written_and_named(tmp_path, capsys, monkeypatch):
     """Computed but not in the spec: metrics.json keeps it, and one line says what will not show it."""
     run = run_tested(tmp_path, "base", [10.0, 20.0], 4, monkeypatch)
-    assert json.loads((run / "metrics.json").read_text())["test/nll_bar"] == pytest.approx(16.0)
+    assert json.loads((run / "metrics.json").read_text())["test/toy_nll"] == pytest.approx(16.0)
     err = capsys.readouterr().err
-    assert ("seqvae: warning: test/nll_bar not declared in seqvae/metric_spec.py: in metrics.json, but compare, its plots "
+    assert ("seqvae: warning: test/toy_nll not declared in seqvae/metric_spec.py: in metrics.json, but compare, its plots "
             "and TensorBoard's HPARAMS do not show them\n") in err  # fmt: skip
