@@ -24,6 +24,7 @@ from seqvae.core.losses import KLPenalty, Regularizer, StandardKL
 from seqvae.core.metrics import EvalMetrics
 from seqvae.core.networks import Init, LSTMDecoder, Pooling, encoder_optimizer, make_encoder, pretrained_encoder
 from seqvae.core.posteriors import Posterior
+from seqvae.core.refinement import SVIRefinement
 from seqvae.core.schedules import KLSchedule, LinearKLWarmup
 from seqvae.core.transformer import TransformerEncoder
 from seqvae.errors import ConfigError
@@ -130,6 +131,7 @@ class SeqVAE(pl.LightningModule):
             or "pytorch" (PyTorch's fan-in defaults for LSTM and Linear layers); embeddings are
             U(-0.1, 0.1) in both. See `networks.init_weights` for why the choice matters.
         fused_output: Output layer and cross-entropy fused chunk by chunk (`fused_ce`); False: plain logits.
+        refine: SA-VAE (`SVIRefinement`): the posterior refined by SVI steps, in training and evaluation; None: off.
         generation: What `seqvae predict` writes (see `Generation`); a predict-time setting, not
             saved with the hyper-parameters.
     """
@@ -146,6 +148,7 @@ class SeqVAE(pl.LightningModule):
         init: Init = "reference", fused_output: bool = True, encoder_hidden_dim: int | None = None,
         generation: Generation = Generation(),  # noqa: B008 (frozen: immutable default)
         encoder: TransformerEncoder | None = None, feature_norm: IsoBN | None = None, posterior: Posterior | None = None,
+        refine: SVIRefinement | None = None,
     ):  # fmt: skip
         super().__init__()
         self.save_hyperparameters(ignore=["generation"])
@@ -156,9 +159,10 @@ class SeqVAE(pl.LightningModule):
         self.kl_penalty = kl_penalty or StandardKL()
         self.regularizers = list(regularizers or [])
         self.aggressive = aggressive
+        self.refine = refine and refine.check(self.hparams, posterior, aggressive, kl_penalty)
         for name, allowed in MODEL_OPTIONS.items():
             check_option(f"model.{name}", self.hparams[name], allowed)
-        strategies = {"kl_schedule": self.kl_schedule, "kl_penalty": self.kl_penalty, "aggressive": aggressive}
+        strategies = {"kl_schedule": self.kl_schedule, "kl_penalty": self.kl_penalty, "aggressive": aggressive, "refine": refine}
         strategies.update({f"regularizers[{i}]": r for i, r in enumerate(self.regularizers)})
         for option, strategy in strategies.items():
             check_strategy(f"model.{option}", strategy)
@@ -199,6 +203,7 @@ class SeqVAE(pl.LightningModule):
             rec = -self.decoder.log_likelihood(tokens, lengths, None, inputs, summed=True)[:, 0].mean()
             return {"loss": rec, "rec": rec.detach()}
         q, h = self.encoder.encode(tokens, lengths)
+        q = q if self.refine is None else self.refine.refined(self, q, tokens, lengths, inputs, kl_weight)
         rec = -self.decoder.log_likelihood(tokens, lengths, q.sample(1), inputs, summed=True)[:, 0]  # (B,), meaned below; z (B, 1, Z)
         kl_dims = q.kl_terms()  # (B, Z), or (B, 1) for a posterior whose KL does not split over dimensions
         loss = (rec + kl_weight * self.kl_penalty(kl_dims)).mean()
