@@ -572,7 +572,13 @@ def main(argv: list[str] | None = None) -> int:
         e = sub.add_parser(name, help=help_)
         e.add_argument("--out", required=True, help="the run's out dir (with its config.json)")
     sub.add_parser("pin", help="step-for-step pins against He et al.'s and Li et al.'s code (reference_pin.py)", add_help=False)
+    sub.add_parser("pin-sa", help="SA-VAE pinned to He et al.'s sa-vae branch (pin_savae.py)", add_help=False)
     given = argv if argv is not None else sys.argv[1:]
+    if given[:1] == ["pin-sa"]:  # its own options (pin_savae.py)
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        import pin_savae
+
+        return pin_savae.main(given[1:])
     if given[:1] == ["pin"]:  # its own options (reference_pin.py); argparse here would refuse them
         sys.path.insert(0, str(Path(__file__).resolve().parent))
         import reference_pin
