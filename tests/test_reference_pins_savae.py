@@ -6,6 +6,7 @@ described there, the figures in docs/sa_vae.md)."""
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import sys
@@ -31,11 +32,16 @@ def close(ref, ours, rel: float) -> None:
     assert float((ref - ours).abs().max()) <= rel * scale, float((ref - ours).abs().max()) / scale
 
 
-@pytest.fixture(scope="module", params=["exact", "clipped"])
+@functools.cache
+def step(name: str) -> dict:
+    """seqvae's training step of case `name` (once per session: the tests below share it)."""
+    case = FIXTURE["cases"][name]
+    return pin_savae.train_step(pin_savae.model(V, case), BATCHES["train"][case["train_batch"]], case["kl_weight"])
+
+
+@pytest.fixture(params=["exact", "clipped"])
 def trained(request):
-    case = FIXTURE["cases"][request.param]
-    m = pin_savae.model(V, case)
-    return request.param, case, pin_savae.train_step(m, BATCHES["train"][case["train_batch"]], case["kl_weight"])
+    return request.param, FIXTURE["cases"][request.param], step(request.param)
 
 
 def test_refined_posteriors_after_every_svi_step_and_the_losses(trained):
@@ -55,8 +61,7 @@ def test_end_to_end_gradients_equal_the_references_where_its_clipping_does_not_b
     case = FIXTURE["cases"]["exact"]
     ref = case["reference"]
     assert max(ref["clip_norms_backward"]) < case["clip"]  # the case's premise
-    m = pin_savae.model(V, case)
-    grads = pin_savae.comparable_grads(pin_savae.train_step(m, BATCHES["train"][case["train_batch"]], case["kl_weight"])["grads"], V)
+    grads = pin_savae.comparable_grads(step("exact")["grads"], V)
     digest = pin_savae.pin_seqvae.digest(grads)
     for name, d in ref["grads"].items():
         scale = math.sqrt(d["sumsq"])
@@ -79,8 +84,7 @@ def test_the_references_clipping_mix_measured_where_it_binds():
     case = FIXTURE["cases"]["clipped"]
     ref = case["reference"]
     assert max(ref["clip_norms_backward"]) > 1e5
-    m = pin_savae.model(V, case)
-    ours = side_norms(pin_savae.comparable_grads(pin_savae.train_step(m, BATCHES["train"][case["train_batch"]], case["kl_weight"])["grads"], V))
+    ours = side_norms(pin_savae.comparable_grads(step("clipped")["grads"], V))
     theirs = {s: math.sqrt(sum(d["sumsq"] for k, d in ref["grads"].items() if k.startswith(s))) for s in ("encoder", "decoder")}
     assert theirs["encoder"] / ours["encoder"] == pytest.approx(17.24, rel=0.01)
     assert theirs["decoder"] / ours["decoder"] == pytest.approx(8.27, rel=0.01)
