@@ -122,7 +122,7 @@ class SeqVAE(pl.LightningModule):
         eval_seed: Seed of the noise of every evaluation pass (z samples of rec, IW-NLL and MI).
         init_encoder_from: Checkpoint whose encoder (embedding, LSTM, posterior layer) replaces
             this model's before training (encoder pretraining); the decoder stays fresh.
-        aggressive: Aggressive encoder training (He et al. 2019); None for plain training.
+        aggressive: Aggressive encoder training (He et al. 2019); None for plain training. refine: SA-VAE (`SVIRefinement`).
         bn_gamma: BN-VAE (Zhu et al. 2020): batch-normalise the posterior means with this fixed
             scale γ (learned shift), which keeps E[KL] ≥ Z·γ²/2; None to turn off.
         bn_eps: BatchNorm's ε for BN-VAE. The bound needs the batch variance of the raw means
@@ -131,7 +131,6 @@ class SeqVAE(pl.LightningModule):
             or "pytorch" (PyTorch's fan-in defaults for LSTM and Linear layers); embeddings are
             U(-0.1, 0.1) in both. See `networks.init_weights` for why the choice matters.
         fused_output: Output layer and cross-entropy fused chunk by chunk (`fused_ce`); False: plain logits.
-        refine: SA-VAE (`SVIRefinement`): the posterior refined by SVI steps, in training and evaluation; None: off.
         generation: What `seqvae predict` writes (see `Generation`); a predict-time setting, not
             saved with the hyper-parameters.
     """
@@ -141,14 +140,13 @@ class SeqVAE(pl.LightningModule):
         vocab_size: int, embed_dim: int = 512, hidden_dim: int = 1024, latent_dim: int = 32, pooling: Pooling = "last",
         dropout_in: float = 0.5, dropout_out: float = 0.5, word_dropout: float = 0.0, skip: bool = False,
         kl_schedule: KLSchedule | None = None, kl_penalty: KLPenalty | None = None, regularizers: list[Regularizer] | None = None,
-        lr: float = 1.0, grad_clip: float = 5.0,
+        lr: float = 1.0, grad_clip: float = 5.0, refine: SVIRefinement | None = None,
         val_iw_samples: int = 0, test_iw_samples: int = 500, iw_max_elements: int | None = None,
         mi_dataset: bool = True, eval_seed: int = 0, init_encoder_from: str | None = None,
         aggressive: AggressiveTraining | None = None, bn_gamma: float | None = None, bn_eps: float = 1e-5,
         init: Init = "reference", fused_output: bool = True, encoder_hidden_dim: int | None = None,
         generation: Generation = Generation(),  # noqa: B008 (frozen: immutable default)
         encoder: TransformerEncoder | None = None, feature_norm: IsoBN | None = None, posterior: Posterior | None = None,
-        refine: SVIRefinement | None = None,
     ):  # fmt: skip
         super().__init__()
         self.save_hyperparameters(ignore=["generation"])
@@ -158,8 +156,7 @@ class SeqVAE(pl.LightningModule):
         self.kl_schedule = kl_schedule or LinearKLWarmup()
         self.kl_penalty = kl_penalty or StandardKL()
         self.regularizers = list(regularizers or [])
-        self.aggressive = aggressive
-        self.refine = refine and refine.check(self.hparams, posterior, aggressive, kl_penalty)
+        self.aggressive, self.refine = aggressive, refine and refine.check(self.hparams, posterior, aggressive, kl_penalty)
         for name, allowed in MODEL_OPTIONS.items():
             check_option(f"model.{name}", self.hparams[name], allowed)
         strategies = {"kl_schedule": self.kl_schedule, "kl_penalty": self.kl_penalty, "aggressive": aggressive, "refine": refine}
@@ -167,8 +164,7 @@ class SeqVAE(pl.LightningModule):
         for option, strategy in strategies.items():
             check_strategy(f"model.{option}", strategy)
         self.encoder, feature_dim = make_encoder(encoder, feature_norm, self.hparams, posterior, self.kl_penalty)
-        dropout = (dropout_in, dropout_out)
-        self.decoder = LSTMDecoder(vocab_size, embed_dim, hidden_dim, latent_dim, *dropout, skip, init, fused_output)
+        self.decoder = LSTMDecoder(vocab_size, embed_dim, hidden_dim, latent_dim, dropout_in, dropout_out, skip, init, fused_output)
         self.val_metrics = EvalMetrics(latent_dim, feature_dim, mi_dataset, seed=eval_seed)
         self.test_metrics = EvalMetrics(latent_dim, feature_dim, mi_dataset, eval_seed, per_text=True)  # per_text.csv
         self.num_updates = 0  # training batches consumed (outer iterations); drives the KL schedule
