@@ -156,7 +156,7 @@ class SeqVAE(pl.LightningModule):
         self.kl_schedule = kl_schedule or LinearKLWarmup()
         self.kl_penalty = kl_penalty or StandardKL()
         self.regularizers = list(regularizers or [])
-        self.aggressive, self.refine = aggressive, refine and refine.check(self.hparams, posterior, aggressive, kl_penalty)
+        self.aggressive, self.refine = aggressive, refine and refine.check(self.hparams)
         for name, allowed in MODEL_OPTIONS.items():
             check_option(f"model.{name}", self.hparams[name], allowed)
         strategies = {"kl_schedule": self.kl_schedule, "kl_penalty": self.kl_penalty, "aggressive": aggressive, "refine": refine}

@@ -73,8 +73,10 @@ class SVIRefinement:
     def __init__(self, steps: int = 10, lr: float = 1.0, momentum: float = 0.5, clip: float = 5.0):
         self.steps, self.lr, self.momentum, self.clip = steps, lr, momentum, clip
 
-    def check(self, hparams, posterior, aggressive, kl_penalty) -> SVIRefinement:
-        """Refuses, in one line naming the option, what the refinement cannot or should not combine with."""
+    def check(self, hparams) -> SVIRefinement:
+        """Refuses, in one line naming the option, what the refinement cannot or should not combine with
+        (`hparams`: the model's arguments)."""
+        posterior, aggressive, kl_penalty = hparams.get("posterior"), hparams.get("aggressive"), hparams.get("kl_penalty")
         reasons = {
             "model.latent_dim 0": "the language model has no posterior to refine" if hparams["latent_dim"] == 0 else None,
             "model.posterior": f"{type(posterior).__name__} is not the diagonal Gaussian the SVI steps update"
