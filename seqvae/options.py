@@ -51,7 +51,7 @@ def check_parsed(model, data) -> None:
     for name, allowed in DATA_OPTIONS.items():
         check_option(f"data.{name}", getattr(data, name, None), allowed)
     check_language_model(model)
-    names = ("kl_schedule", "kl_penalty", "aggressive", "encoder", "feature_norm", "ais", "optimizer")
+    names = ("kl_schedule", "kl_penalty", "aggressive", "encoder", "feature_norm", "ais", "optimizer", "refine")
     strategies = {name: getattr(model, name, None) for name in names}
     strategies.update({f"regularizers[{i}]": r for i, r in enumerate(getattr(model, "regularizers", None) or [])})
     for option, spec in strategies.items():

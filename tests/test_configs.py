@@ -70,6 +70,8 @@ def test_config_instantiates(dataset, variant, tiny, tmp_path):
         assert model.hparams.pooling == variant
     if variant == "aggressive":
         assert model.aggressive is not None and model.aggressive.active
+    if variant == "sa_vae":
+        assert (model.refine.steps, model.refine.lr, model.refine.momentum, model.refine.clip) == (10, 1.0, 0.5, 5.0)
     if variant in ("autoencoder", "recommended_autoencoder"):
         assert model.kl_schedule.weight(0, 10, 100) == 0.0 and cli.trainer.checkpoint_callback.monitor == "val/rec"
 

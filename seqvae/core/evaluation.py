@@ -37,7 +37,7 @@ def iw_chunk(tokens: torch.Tensor, vocab_size: int, budget: int | None) -> int:
     return max(1, budget // per_sample)
 
 
-STREAMS = ("rec", "iw", "mi", "ais")  # appended only: an index is a stream's seed
+STREAMS = ("rec", "iw", "mi", "svi", "ais")  # appended only: an index is a stream's seed (svi: SA-VAE's refinement steps)
 
 
 def stream_seed(seed: int, stream: str) -> int:
@@ -52,8 +52,9 @@ class EvalNoise:
     skips."""
 
     def __init__(self, seed: int, device: torch.device, latent_dim: int, preceding_sizes: list[int] = ()):
-        self.rec, self.iw, self.mi = (torch.Generator(device=device).manual_seed(stream_seed(seed, s)) for s in STREAMS[:3])
+        self.rec, self.iw, self.mi, self.svi = (torch.Generator(device=device).manual_seed(stream_seed(seed, s)) for s in STREAMS[:4])
         self.seed, self.device, self.latent_dim = seed, device, latent_dim
+        self.svi_steps = 0  # draws of (B, Z) per batch from `svi` (`start`)
         self.pending = list(preceding_sizes)
 
     @classmethod
@@ -65,7 +66,9 @@ class EvalNoise:
             loaders = trainer.test_dataloaders if trainer.testing else trainer.val_dataloaders
             loader = loaders[0] if isinstance(loaders, (list, tuple)) else loaders
             sizes = list(getattr(getattr(loader, "batch_sampler", None), "preceding_sizes", []))
-        return cls(module.hparams.eval_seed, module.device, module.hparams.latent_dim, sizes)
+        noise = cls(module.hparams.eval_seed, module.device, module.hparams.latent_dim, sizes)
+        noise.svi_steps = module.refine.steps if getattr(module, "refine", None) is not None else 0
+        return noise
 
     def skip_preceding(self, dtype: torch.dtype, n_iw: int) -> None:
         """Draws, once, exactly what `evaluate_batch` draws for the batches before this rank's
@@ -76,6 +79,8 @@ class EvalNoise:
             if n_iw:
                 torch.randn((b, n_iw, dim), generator=self.iw, device=device, dtype=dtype)
             torch.randn((b, 1, dim), generator=self.mi, device=device, dtype=torch.float64)
+            for _ in range(self.svi_steps):
+                torch.randn((b, dim), generator=self.svi, device=device, dtype=dtype)
         self.pending = []
 
     def ais(self, index: torch.Tensor | None) -> torch.Generator:
@@ -101,6 +106,8 @@ def evaluate_batch(model, batch: dict, metrics, n_iw: int, ais=None) -> None:
     q, h = model.encoder.encode(tokens, lengths)
     noise = model._noise
     noise.skip_preceding(q.mean.dtype, n_iw)
+    if getattr(model, "refine", None) is not None:  # SA-VAE: every metric at the refined posterior
+        q = model.refine.evaluated(model, q, tokens, lengths, noise.svi)
     rec = -model.decoder.log_likelihood(tokens, lengths, q.sample(1, noise.rec))[:, 0]
     kl = q.kl()
     iw = iw_se = None

@@ -30,6 +30,7 @@ from seqvae.core.metrics import EvalMetrics
 from seqvae.core.networks import Init, LSTMDecoder, Pooling, make_encoder, pretrained_encoder, vae_optimizers
 from seqvae.core.optimizers import Optimizer
 from seqvae.core.posteriors import Posterior
+from seqvae.core.refinement import SVIRefinement
 from seqvae.core.schedules import KLSchedule, LinearKLWarmup
 from seqvae.core.transformer import TransformerEncoder
 from seqvae.errors import ConfigError
@@ -109,8 +110,7 @@ class SeqVAE(pl.LightningModule):
         encoder: Not the LSTM: a strategy with `build` (`TransformerEncoder`); same pooling and posterior.
         feature_norm: A norm on the encoder's features before the posterior layer (`IsoBN`); None: off.
         posterior: The family of q(z|x) and its layer (`posteriors.py`); None: `GaussianPosterior` (diagonal).
-        dropout_in: Dropout on decoder input embeddings.
-        dropout_out: Dropout on decoder LSTM outputs.
+        dropout_in, dropout_out: Dropout on the decoder's input embeddings, and on its LSTM outputs.
         word_dropout: Probability of replacing each decoder input word after `<s>` by unk (Bowman).
         skip: SkipVAE (Dieng et al. 2019): z also enters the decoder's output layer.
         kl_schedule: KL weight per update (default: linear warm-up from 0.1 over 10 epochs).
@@ -126,19 +126,17 @@ class SeqVAE(pl.LightningModule):
             None: 2**26 on CPU, on a GPU a quarter of its free memory in elements (`core/chunking.py`).
         mi_dataset: Also compute MI with the whole evaluation set as the pool (Li et al.).
         eval_seed: Seed of the noise of every evaluation pass (z samples of rec, IW-NLL and MI).
-        init_encoder_from: Checkpoint whose encoder (embedding, LSTM, posterior layer) replaces
-            this model's before training (encoder pretraining); the decoder stays fresh.
+        init_encoder_from: A checkpoint whose encoder replaces this model's before training (pretraining); the decoder stays fresh.
         aggressive: Aggressive encoder training (He et al. 2019); None for plain training.
+        refine: SA-VAE: q(z|x) refined per batch by SVI steps (`refinement.py`: `SVIRefinement`); None: off.
         bn_gamma: BN-VAE (Zhu et al. 2020): batch-normalise the posterior means with this fixed
             scale γ (learned shift), which keeps E[KL] ≥ Z·γ²/2; None to turn off.
-        bn_eps: BatchNorm's ε for BN-VAE. The bound needs the batch variance of the raw means
-            ≫ ε; the default 1e-5 is PyTorch's and Zhu et al.'s.
+        bn_eps: BatchNorm's ε for BN-VAE (the bound needs the raw means' batch variance ≫ ε; 1e-5: PyTorch's, Zhu et al.'s).
         init: Weight initialisation of both networks: "reference" (He et al.: U(-0.01, 0.01))
             or "pytorch" (PyTorch's fan-in defaults for LSTM and Linear layers); embeddings are
             U(-0.1, 0.1) in both. See `networks.init_weights` for why the choice matters.
         fused_output: Output layer and cross-entropy fused chunk by chunk (`fused_ce`); False: plain logits.
-        generation: What `seqvae predict` writes (see `Generation`); a predict-time setting, not
-            saved with the hyper-parameters.
+        generation: What `seqvae predict` writes (`Generation`): a predict-time setting, not saved with the hyper-parameters.
     """
 
     def __init__(
@@ -153,7 +151,7 @@ class SeqVAE(pl.LightningModule):
         init: Init = "reference", fused_output: bool = True, encoder_hidden_dim: int | None = None,
         generation: Generation = Generation(),  # noqa: B008 (frozen: immutable default)
         encoder: TransformerEncoder | None = None, feature_norm: IsoBN | None = None, posterior: Posterior | None = None,
-        ais: AIS | None = None, optimizer: Optimizer | None = None,
+        ais: AIS | None = None, optimizer: Optimizer | None = None, refine: SVIRefinement | None = None,
     ):  # fmt: skip
         super().__init__()
         self.save_hyperparameters(ignore=["generation"])
@@ -164,16 +162,17 @@ class SeqVAE(pl.LightningModule):
         self.kl_penalty = kl_penalty or StandardKL()
         self.regularizers = list(regularizers or [])
         self.aggressive, self.ais, self.vae_optimizer = aggressive, ais, optimizer  # ais: at test only (`core/ais.py`)
+        self.refine = refine and refine.check(self.hparams)
         for name, allowed in MODEL_OPTIONS.items():
             check_option(f"model.{name}", self.hparams[name], allowed)
         strategies = {"kl_schedule": self.kl_schedule, "kl_penalty": self.kl_penalty, "aggressive": aggressive, "optimizer": optimizer}
+        strategies["refine"] = refine
         strategies.update({f"regularizers[{i}]": r for i, r in enumerate(self.regularizers)})
         for option, strategy in strategies.items():
             check_strategy(f"model.{option}", strategy)
         self.encoder, feature_dim = make_encoder(encoder, feature_norm, self.hparams, posterior, self.kl_penalty)
         self.penalty_module = self.kl_penalty.build(latent_dim, feature_dim) if self.encoder is not None else None  # DualKL's critics
-        dropout = (dropout_in, dropout_out)
-        self.decoder = LSTMDecoder(vocab_size, embed_dim, hidden_dim, latent_dim, *dropout, skip, init, fused_output)
+        self.decoder = LSTMDecoder(vocab_size, embed_dim, hidden_dim, latent_dim, dropout_in, dropout_out, skip, init, fused_output)
         self.val_metrics = EvalMetrics(latent_dim, feature_dim, mi_dataset, seed=eval_seed)
         self.test_metrics = EvalMetrics(latent_dim, feature_dim, mi_dataset, eval_seed, per_text=True, ais=ais is not None)
         self.num_updates = 0  # training batches consumed (outer iterations); drives the KL schedule
@@ -207,6 +206,7 @@ class SeqVAE(pl.LightningModule):
             rec = -self.decoder.log_likelihood(tokens, lengths, None, inputs, summed=True)[:, 0].mean()
             return {"loss": rec, "rec": rec.detach()}
         q, h = self.encoder.encode(tokens, lengths)
+        q = q if self.refine is None else self.refine.refined(self, q, tokens, lengths, inputs, kl_weight)
         rec = -self.decoder.log_likelihood(tokens, lengths, z := q.sample(1), inputs, summed=True)[:, 0]  # (B,), meaned below; z (B, 1, Z)
         kl_dims = q.kl_terms()  # (B, Z), or (B, 1) for a posterior whose KL does not split over dimensions
         loss = (rec + kl_weight * self.kl_penalty.term(kl_dims, z[:, 0], h, self.penalty_module)).mean()

@@ -329,5 +329,6 @@ class LSTMDecoder(nn.Module):
             nll = torch.zeros(targets.shape, dtype=picked.dtype, device=picked.device).masked_scatter(real, picked)
         else:
             logits = self(inputs.repeat_interleave(K, 0), flat_z)  # (B*K, T-1, V)
-            nll = F.cross_entropy(logits.float().reshape(targets.size(0), -1), targets, reduction="none")
+            wide = torch.promote_types(logits.dtype, torch.float32)  # fp32 under bf16; float64 stays (gradient checks)
+            nll = F.cross_entropy(logits.to(wide).reshape(targets.size(0), -1), targets, reduction="none")
         return -(nll.view(B, K, T - 1) * mask.unsqueeze(1)).sum(-1)

@@ -62,7 +62,8 @@ class GaussianPosterior(Posterior):
         return nn.Linear(feature_dim, 2 * latent_dim, bias=False)
 
     def distribution(self, layer: nn.Module, h: torch.Tensor) -> DiagonalGaussian:
-        mu, logvar = layer(h).float().chunk(2, dim=-1)
+        out = layer(h)
+        mu, logvar = out.to(torch.promote_types(out.dtype, torch.float32)).chunk(2, dim=-1)  # float64 stays
         return DiagonalGaussian(mu, logvar)
 
 

@@ -1,5 +1,5 @@
-"""`python -m tools.reference yahoo10k|compare|collect|eval …` (`check`) and `… pin …` (`pin`,
-which reads its own options)."""
+"""`python -m tools.reference yahoo10k|compare|collect|eval …` (`check`) `… pin …` (`pin`)
+and `… pin-sa …` (`pin_savae`), which read their own options."""
 
 from __future__ import annotations
 
@@ -12,6 +12,10 @@ def main(argv: list[str] | None = None) -> int:
         from tools.reference import pin
 
         return pin.main(argv[1:])
+    if argv[:1] == ["pin-sa"]:  # SA-VAE against He et al.'s sa-vae branch
+        from tools.reference import pin_savae
+
+        return pin_savae.main(argv[1:])
     from tools.reference import check
 
     return check.main(argv)

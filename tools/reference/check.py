@@ -526,6 +526,7 @@ def main(argv: list[str] | None = None) -> int:
         e.add_argument("--out", required=True, help="the run's out dir (with its config.json)")
     # listed for --help; `python -m tools.reference pin` runs tools/reference/pin.py with its own options
     sub.add_parser("pin", help="step-for-step pins against He et al.'s and Li et al.'s code (pin.py)", add_help=False)
+    sub.add_parser("pin-sa", help="SA-VAE pinned to He et al.'s sa-vae branch (pin_savae.py)", add_help=False)
     a = ap.parse_args(argv)
     a.argv = argv
     return {"yahoo10k": run_yahoo10k, "compare": run_compare, "collect": run_collect, "eval": run_eval}[a.cmd](a)
