@@ -9,6 +9,8 @@ from __future__ import annotations
 import csv
 import json
 import math
+import subprocess
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -223,9 +225,14 @@ def test_decoder_gradient_is_that_of_its_log_likelihood():
 
 # ------------------------------------------------------------------------------------- CLI
 def test_cli_test_with_ais_writes_ais_nll(tmp_path, monkeypatch, capsys):
-    """`seqvae fit` a tiny model, then `seqvae test --ckpt_path best.ckpt --model.ais …` (the CLI in
-    this process: a subprocess would spend its seconds importing torch)."""
-    from seqvae.cli import run_lightning
+    """`seqvae fit` a tiny model, then `seqvae test --ckpt_path best.ckpt --model.ais …`, each in a
+    process of its own: run inside the test process, Lightning's trainer left state behind that made a
+    later test (test_bn_bound's trained BN-VAE) train another model."""
+
+    def run_lightning(args: list[str]) -> tuple[str, str]:
+        done = subprocess.run([sys.executable, "-m", "seqvae", *args], capture_output=True, text=True, cwd=tmp_path)
+        assert done.returncode == 0, done.stderr
+        return done.stdout, done.stderr
 
     monkeypatch.chdir(tmp_path)
     words = "the a cat dog sat ran on mat under tree".split()
@@ -240,11 +247,9 @@ def test_cli_test_with_ais_writes_ais_nll(tmp_path, monkeypatch, capsys):
               "--model.val_iw_samples", "0", "--model.test_iw_samples", "2", "--trainer.enable_model_summary", "false",
               "--trainer.enable_progress_bar", "false", "--trainer.logger.init_args.save_dir", tmp_path / "runs"]  # fmt: skip
     run_lightning([str(a) for a in ["fit", *common, "--trainer.max_epochs", "1"]])
-    capsys.readouterr()
     ckpt = next((tmp_path / "runs").rglob("best.ckpt"))
     ais = ["--model.ais", "seqvae.AIS", "--model.ais.points", "4", "--model.ais.chains", "2", "--model.ais.leapfrog", "2"]
-    run_lightning([str(a) for a in ["test", *common, "--ckpt_path", ckpt, *ais]])
-    out, err = capsys.readouterr()
+    out, err = run_lightning([str(a) for a in ["test", *common, "--ckpt_path", ckpt, *ais]])
     said = "IW-NLL with K = 2 importance samples per text; AIS with 2 chains, 4 points, 14 gradients per text"
     assert f"seqvae: test: 6 texts, {said}" in err.splitlines(), err
     metrics_path = Path(out.split("seqvae: wrote ")[1].split()[0])
