@@ -278,6 +278,8 @@ def test_short_grid_cells_build_at_the_short_scale(tiny, tmp_path, monkeypatch):
     # the rows added after the short grid ran (iVAE, WAE-RNF, SA-VAE): their own grid file
     later = {c.variant for c in sweep.load_grid("configs/sweeps/yahoo10k_table1_rest.yaml")}
     assert later == {"ivae", "ivae_mi", "ivae_sgd", "ivae_mi_sgd", "wae_rnf", "sa_vae"}
+    yelp = sweep.load_grid("configs/sweeps/yelp10k_table1_rest.yaml")  # the same rows at yelp10k
+    assert {c.variant for c in yelp} == later and all("configs/yelp10k/base.yaml" in c.args for c in yelp)
     assert sorted({c.variant for c in cells}) == sorted(set(VARIANTS) - aggressive - recipe - later)
     assert {c.variant for c in sweep.load_grid("configs/sweeps/yahoo10k_short_aggressive.yaml")} == aggressive
     assert all(c.export_dir == Path("docs/results/yahoo10k_short") / c.variant / f"seed{c.seed}" for c in cells)
