@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import io
 import os
@@ -204,7 +205,23 @@ def test_the_pins_do_not_apply_to_another_source(tmp_path, capsys):
     archive = tar_gz(tmp_path / "yahoo.tar.gz", YAHOO)
     rc, out, err = run(capsys, "yahoo", "--dest", tmp_path / "d", "--url", archive)
     assert (rc, err) == (0, "")
-    assert out.count("sha256 (none published)") == 3 and "as pinned" not in out
+    assert out.count("sha256 (not checked: --url)") == 3 and "as pinned" not in out
+    for split in ("train", "valid", "test"):  # ... but the user is told these are not the published files
+        want = download.CORPORA["yahoo"].splits[split].split(":")[1]
+        assert f"{split}.txt is NOT (md5 " in out and f"; published {want}) the published yahoo.{split}.txt" in out
+
+
+def test_another_source_serving_the_release_is_recognised(tmp_path, capsys, monkeypatch):
+    """--url on a mirror the list does not know: files equal to the pinned release are said to be it."""
+    pins = {s: "md5:" + hashlib.md5(YAHOO[f"yahoo_data/yahoo.{s}.txt"]).hexdigest() for s in ("train", "valid", "test")}
+    monkeypatch.setitem(download.CORPORA, "yahoo", dataclasses.replace(download.CORPORA["yahoo"], splits=pins))
+    rc, out, err = run(capsys, "yahoo", "--dest", tmp_path / "d", "--url", tar_gz(tmp_path / "y.tar.gz", YAHOO))
+    assert (rc, err) == (0, "") and "is NOT" not in out
+    assert [line for line in out.splitlines() if " the published " in line] == [
+        f"seqvae download: {s}.txt is the published yahoo.{s}.txt" for s in ("train", "valid", "test")
+    ]
+    rc, out, _ = run(capsys, "yelp", "--dest", tmp_path / "e", "--url", zip_(tmp_path / "y.zip", YELP))
+    assert rc == 0 and out.count("sha256 (none published)") == 3 and " the published " not in out
 
 
 def test_builtin_corpora_are_pinned_where_a_checksum_is_known():

@@ -319,8 +319,15 @@ def main(argv: list[str] | None = None) -> int:
         print("seqvae download: error: " + " ".join(str(err).split()), file=sys.stderr)  # exactly one line
         return 1
     print(f"seqvae download: {args.name} ready in {target}" + (" (checksums as pinned)" if pins else ""))
-    for line in unpinned:  # no checksum known: show ours so it can be pinned in CORPORA
-        print(f"seqvae download: sha256 (none published) {line}")
+    why = "(not checked: --url)" if corpus.splits else "(none published)"
+    for line in unpinned:  # no checksum applied: show ours, so the source can be pinned or recognised
+        print(f"seqvae download: sha256 {why} {line}")
+    if args.url and corpus.splits:  # another source may be another preprocessing: say whether it is the release
+        for split, pin in corpus.splits.items():
+            algo, want = pin.split(":")
+            got = _digest(target / f"{split}.txt", algo)
+            verdict = "is" if got == want else f"is NOT ({algo} {got}; published {want})"
+            print(f"seqvae download: {split}.txt {verdict} the published {corpus.pattern.format(split)}")
     return 0
 
 
