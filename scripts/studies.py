@@ -19,6 +19,7 @@ of its features in the title, plus all three side by side (same axes, centred on
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 import math
 import statistics
@@ -34,6 +35,7 @@ from seqvae.core.losses import mean_pairwise_cosine
 from seqvae.core.metrics import mutual_information
 from seqvae.experiments.grid import GridError, grid_cells
 from seqvae.experiments.sweep import run_grid
+from seqvae.rundir.curves import write_curves
 from seqvae.text.corpus import read_corpus
 from seqvae.text.splits import resolve_splits
 
@@ -172,20 +174,26 @@ def mi_noise_main() -> None:
 # of its features in the title, plus all three side by side (same axes, centred on 0).
 #
 #     python scripts/studies.py feature-space                       # demo corpus, 5 epochs: a few minutes on CPU
-#     python scripts/studies.py feature-space --dataset yahoo10k    # yahoo10k (20 epochs, about an hour on CPU)
+#     python scripts/studies.py feature-space --dataset yahoo10k    # yahoo10k, 20 epochs
+#     python scripts/studies.py feature-space --dataset yahoo10k --epochs 104 --warmup-epochs 96 \
+#         --init pytorch --tag long_pytorch                         # issue 50's long warm-up, PyTorch's init
 #     python scripts/studies.py feature-space --out DIR --epochs N --config EXTRA.yaml …
 #
 # The models are trained as a `seqvae sweep` grid (resumable; run directories that finished are
-# loaded, not retrained) under `--root` (default runs/feature_space/<dataset>), with
-# configs/yahoo10k/{last,cosine,max}.yaml on top of the dataset's base config and
-# model.hidden_dim = model.latent_dim = 3. The hidden size is shared by encoder and decoder in
-# SeqVAE, so the decoder has 3 units too (the paper only states the encoder's size). Features are the
+# loaded, not retrained) under `--root` (default runs/feature_space/<dataset>[_<tag>]), with
+# configs/yahoo10k/{last,cosine,max}.yaml on top of the dataset's base config and a 3-d z. yahoo10k:
+# a 3-unit encoder LSTM (`model.encoder_hidden_dim`) and the base config's decoder, as the paper
+# states (only the encoder is 3 units). demo: `model.hidden_dim` 3, the encoder's and the decoder's,
+# as its committed figures were made. `--warmup-epochs N` sets the KL warm-up's length and the plateau
+# rule's first epoch; `--init` the weights' initialisation (default: the config's). Features are the
 # encoder's pooled LSTM states h (what the cosine regulariser and `feature_cos` see), computed by
-# `model.encoder.features` in eval mode. PNGs go to docs/figures/feature_space/ (or `--out`).
+# `model.encoder.features` in eval mode. PNGs go to docs/figures/feature_space/ (or `--out`), named
+# <dataset>[_<tag>]_<variant>.png, <dataset>[_<tag>].png (side by side) and <dataset>[_<tag>]_kl.png
+# (the paper's Figure 3: validation KL against updates, one line per model, from each run's events).
 
-DATASETS = {
-    "demo": {"configs": ["configs/demo.yaml"], "epochs": 5},
-    "yahoo10k": {"configs": ["configs/yahoo10k/base.yaml"], "epochs": 20},
+DATASETS = {  # `size`: the overrides that make the 3-unit encoder (see above)
+    "demo": {"configs": ["configs/demo.yaml"], "epochs": 5, "size": {"model.hidden_dim": 3}},
+    "yahoo10k": {"configs": ["configs/yahoo10k/base.yaml"], "epochs": 20, "size": {"model.encoder_hidden_dim": 3}},
 }
 
 
@@ -216,6 +224,9 @@ def feature_space_main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", action="append", default=[], metavar="FILE", help="extra config on top (repeatable)")
     parser.add_argument("--epochs", type=int, help="trainer.max_epochs (default: demo 5, yahoo10k 20)")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--warmup-epochs", type=float, help="KL warm-up length in epochs (and the plateau rule's first epoch)")
+    parser.add_argument("--init", choices=("reference", "pytorch"), help="model.init (default: the config's)")
+    parser.add_argument("--tag", default="", help="names the runs' root and the PNGs: <dataset>_<tag>")
     parser.add_argument("--variants", nargs="+", choices=list(VARIANTS), default=list(VARIANTS))
     parser.add_argument("--root", help="run directories: ROOT/<variant>/seed<N> (default runs/feature_space/<dataset>)")
     parser.add_argument("--out", type=Path, default=Path("docs/figures/feature_space"), help="where the PNGs go")
@@ -227,11 +238,17 @@ def feature_space_main(argv: list[str] | None = None) -> int:
         print("feature_space: error: matplotlib is not installed (pip install matplotlib)", file=sys.stderr)
         return 2
     dataset = DATASETS[args.dataset]
+    name = f"{args.dataset}_{args.tag}" if args.tag else args.dataset
+    schedule = {}
+    if args.warmup_epochs is not None:
+        schedule = {"model.kl_schedule.init_args.warmup_epochs": args.warmup_epochs, "plateau.min_epochs": args.warmup_epochs}
     grid = {
-        "root": args.root or f"runs/feature_space/{args.dataset}",
+        "root": args.root or f"runs/feature_space/{name}",
         "configs": dataset["configs"] + args.config,
         "overrides": {
-            "model.hidden_dim": 3,
+            **dataset["size"],
+            **schedule,
+            **({"model.init": args.init} if args.init else {}),
             "model.latent_dim": 3,
             "trainer.max_epochs": args.epochs or dataset["epochs"],
             "model.val_iw_samples": 0,
@@ -263,7 +280,7 @@ def feature_space_main(argv: list[str] | None = None) -> int:
         fig = Figure(figsize=(5, 5.4))
         scatter(fig.add_subplot(projection="3d"), h, title, args.max_points, lim)
         fig.subplots_adjust(left=0.02, right=0.92, bottom=0.03, top=0.9)
-        png = args.out / f"{args.dataset}_{variant}.png"
+        png = args.out / f"{name}_{variant}.png"
         fig.savefig(png, dpi=100)
         print(f"{variant}: mean pairwise cosine {cos:.4f} over {len(h)} texts -> {png}")
     if len(panels) > 1:
@@ -271,9 +288,32 @@ def feature_space_main(argv: list[str] | None = None) -> int:
         for i, (_, h, title, _) in enumerate(panels):
             scatter(fig.add_subplot(1, len(panels), i + 1, projection="3d"), h, title, args.max_points, lim)
         fig.subplots_adjust(left=0.01, right=0.97, bottom=0.03, top=0.9, wspace=0.08)
-        fig.savefig(args.out / f"{args.dataset}.png", dpi=100)
-        print(f"all: {args.out / f'{args.dataset}.png'}")
+        fig.savefig(args.out / f"{name}.png", dpi=100)
+        print(f"all: {args.out / f'{name}.png'}")
+    if done:
+        kl_figure(done, args.out / f"{name}_kl.png", Figure)
     return 1 if failed else 0
+
+
+def kl_figure(cells, png: Path, Figure) -> None:
+    """The paper's Figure 3: validation KL against updates, one line per model (from each run's events)."""
+    fig = Figure(figsize=(6, 4))
+    ax = fig.add_subplot()
+    for cell in cells:
+        with tempfile.TemporaryDirectory() as tmp:
+            write_curves(cell.run_dir, Path(tmp) / "curves.csv")
+            with (Path(tmp) / "curves.csv").open(newline="") as f:
+                rows = [r for r in csv.DictReader(f) if r.get("val/kl", "") != ""]
+        updates = [int(float(r["step"])) + 1 for r in rows]  # a validation logs before its epoch's last update counts
+        kl = [float(r["val/kl"]) for r in rows]
+        ax.plot(updates, kl, label=VARIANTS[cell.variant][1])
+        last = f"validation KL {kl[-1]:.3f} at {updates[-1]} updates" if kl else "no validation KL"
+        print(f"{cell.variant}: {last}")
+    ax.set(xlabel="updates", ylabel="validation KL (nats)", title="KL on the validation set, 3-d z")
+    ax.legend(fontsize="small")
+    fig.tight_layout()
+    fig.savefig(png, dpi=100)
+    print(f"kl: {png}")
 
 
 def long_warmup_main(argv: list[str]) -> int:

@@ -40,6 +40,8 @@ def test_feature_space_trains_then_loads(tmp_path, monkeypatch, capsys):
         assert config["model"]["hidden_dim"] == 3 and config["model"]["latent_dim"] == 3
     assert (tmp_path / "fig" / "demo.png").is_file()
     assert "seqvae.CosineDispersion" in (tmp_path / "runs" / "cosine" / "seed1" / "config.yaml").read_text()
+    assert (tmp_path / "fig" / "demo_kl.png").stat().st_size > 1000  # Figure 3: validation KL of each model
+    assert all(f"{v}: validation KL " in out for v in ("last", "cosine", "max"))
     # a second call loads the trained models instead of training them again
     assert script.feature_space_main(argv) == 0
     out, err = capsys.readouterr()
@@ -59,3 +61,25 @@ def test_features_are_the_pooled_encoder_states(tmp_path):
     assert h.shape == (30, 3)
     mu, _ = model.encode([" ".join(t) for t in texts])
     torch.testing.assert_close(model.encoder.to_posterior(h).chunk(2, dim=-1)[0], mu)
+
+
+def test_feature_space_yahoo10k_is_the_papers_size_with_the_asked_schedule_and_init(tmp_path, monkeypatch):
+    """yahoo10k: only the encoder has 3 units (the paper's §4.2); --warmup-epochs, --init and --tag reach the runs."""
+    monkeypatch.chdir(REPO)
+    script = load_feature_space()
+    seen = {}
+
+    def grid_cells(grid, name):  # what the study asks the sweep to train, without training it
+        seen.update(grid)
+        return []
+
+    monkeypatch.setattr(script, "grid_cells", grid_cells)
+    monkeypatch.setattr(script, "run_grid", lambda cells: [])
+    argv = ["--dataset", "yahoo10k", "--epochs", "104", "--warmup-epochs", "96", "--init", "pytorch", "--tag", "long"]
+    assert script.feature_space_main(argv + ["--out", str(tmp_path / "fig")]) == 0
+    assert seen["root"] == "runs/feature_space/yahoo10k_long" and seen["configs"] == ["configs/yahoo10k/base.yaml"]
+    overrides = seen["overrides"]
+    assert overrides["model.encoder_hidden_dim"] == 3 and "model.hidden_dim" not in overrides
+    assert overrides["model.latent_dim"] == 3 and overrides["trainer.max_epochs"] == 104
+    assert overrides["model.kl_schedule.init_args.warmup_epochs"] == 96 and overrides["plateau.min_epochs"] == 96
+    assert overrides["model.init"] == "pytorch"
