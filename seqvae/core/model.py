@@ -40,7 +40,7 @@ from seqvae.training.callbacks import EvalMemory, ExactResume, FitClock
 from seqvae.training.host_reads import DeferredFiniteCheck, logging_now
 from seqvae.training.log_lines import EpochMean
 
-from . import generation, scoring
+from . import elbo, generation, scoring
 
 __all__ = ["Generation", "NonFiniteError", "SeqVAE"]
 
@@ -199,16 +199,16 @@ class SeqVAE(pl.LightningModule):
         return inputs
 
     def loss_terms(self, batch: dict[str, torch.Tensor], kl_weight: float) -> dict[str, torch.Tensor]:
-        """Training loss (mean over sentences) and its parts, one z sample per sentence."""
+        """Training loss (mean over sentences) and its parts, one z sample per sentence (`elbo.py`)."""
         tokens, lengths = batch["tokens"], batch["lengths"]
         inputs = self.decoder_inputs(tokens)
-        if self.encoder is None:  # language model
-            rec = -self.decoder.log_likelihood(tokens, lengths, None, inputs, summed=True)[:, 0].mean()
-            return {"loss": rec, "rec": rec.detach()}
-        q, h = self.encoder.encode(tokens, lengths)
+        q, h = elbo.encode(self.encoder, tokens, lengths)
         q = q if self.refine is None else self.refine.refined(self, q, tokens, lengths, inputs, kl_weight)
-        rec = -self.decoder.log_likelihood(tokens, lengths, z := q.sample(1), inputs, summed=True)[:, 0]  # (B,), meaned below; z (B, 1, Z)
-        kl_dims = q.kl_terms()  # (B, Z), or (B, 1) for a posterior whose KL does not split over dimensions
+        z = None if q is None else q.sample(1)  # (B, 1, Z): the KL penalty gets it too
+        rec, kl_dims = elbo.elbo_terms(self.decoder, q, tokens, lengths, inputs, z, summed=True)  # (B,), (B, Z) or (B, 1)
+        if q is None:  # the language model: rec alone
+            loss = rec.mean()
+            return {"loss": loss, "rec": loss.detach()}
         loss = (rec + kl_weight * self.kl_penalty.term(kl_dims, z[:, 0], h, self.penalty_module)).mean()
         terms = {"rec": rec.mean().detach(), "kl": kl_dims.sum(-1).mean().detach()}
         extra = {reg.name: reg(h) for reg in self.regularizers} | self.encoder.posterior.training_terms(q, kl_weight)

@@ -30,6 +30,7 @@ import contextlib
 
 import torch
 
+from seqvae.core import elbo
 from seqvae.core.gaussian import DiagonalGaussian
 from seqvae.core.strategies import strategy
 from seqvae.errors import ConfigError
@@ -96,8 +97,7 @@ class SVIRefinement:
     def objective(self, model, tokens, lengths, inputs, mu, logvar, eps, kl_weight) -> torch.Tensor:
         """f(λ) of one step: the batch's mean of CE(x, mu + σ⊙eps) + w·KL(mu, logvar)."""
         z = (mu + (0.5 * logvar).exp() * eps).unsqueeze(1)
-        rec = -model.decoder.log_likelihood(tokens, lengths, z, inputs)[:, 0]
-        return (rec + kl_weight * DiagonalGaussian(mu, logvar).kl()).mean()
+        return elbo.elbo_terms(model.decoder, DiagonalGaussian(mu, logvar), tokens, lengths, inputs, z).neg_elbo(kl_weight).mean()
 
     def path(self, model, q, tokens, lengths, inputs, kl_weight, generator=None, create_graph=False, record=None):
         """λ_0 = q's (mu, logvar) through `steps` SVI steps; returns q(λ_K). `create_graph`: λ_K
