@@ -55,7 +55,9 @@ class EvalNoise:
     skips."""
 
     def __init__(self, seed: int, device: torch.device, latent_dim: int, preceding_sizes: list[int] = ()):
-        self.rec, self.iw, self.mi, self.svi = (torch.Generator(device=device).manual_seed(stream_seed(seed, s)) for s in STREAMS[:4])
+        self.rec, self.iw, self.mi, self.svi = (
+            torch.Generator(device=device).manual_seed(stream_seed(seed, s)) for s in STREAMS[:4]
+        )
         self.seed, self.device, self.latent_dim = seed, device, latent_dim
         self.svi_steps = 0  # draws of (B, Z) per batch from `svi` (`start`)
         self.pending = list(preceding_sizes)
@@ -124,7 +126,16 @@ def evaluate_batch(model, batch: dict, metrics, n_iw: int, ais=None) -> None:
         progress = getattr(model, "ais_progress", None)
         estimate = ais.estimate(model.decoder, tokens, lengths, q.mean.size(-1), noise.ais(index), progress)
     metrics.update(
-        terms.rec, terms.kl, n_predicted, features=h, iw_nll=iw, mi_generator=noise.mi, index=index, iw_se=iw_se, posterior=q, ais=estimate
+        terms.rec,
+        terms.kl,
+        n_predicted,
+        features=h,
+        iw_nll=iw,
+        mi_generator=noise.mi,
+        index=index,
+        iw_se=iw_se,
+        posterior=q,
+        ais=estimate,
     )
     if model._trainer is not None and model.trainer.testing:
         model.kl_penalty.test_batch(model, batch, q, h)  # a penalty's own estimates (DualKL: the reference's, SPEC §11.5)
