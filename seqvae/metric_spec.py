@@ -38,6 +38,7 @@ class Metric:
     every_run: bool = True
     divide_by: float = 1  # compare shows the recorded value divided by this (fit_seconds as minutes)
     logged: bool = False  # logged at test by a strategy (a KL penalty's own estimates), not computed by EvalMetrics
+    headline: bool = False  # `seqvae sweep --status` shows a finished run's first headline metric (`headline`)
 
 
 # compare's column order. rec, elbo_ppl and the μ spectrum's EV are in metrics.json only: compare's
@@ -57,6 +58,7 @@ SPEC: list[Metric] = [
         bar=True,
         bar_zoom=True,
         mc_se="iw_nll_se",
+        headline=True,
     ),
     # a run's own: √(Σ se_i²)/N over its texts' per-text s.e. (a row shows its runs' root mean square)
     Metric("iw_nll_se", "test/iw_nll_se", "IW-NLL MC se", 2, per_text="iw_se"),
@@ -86,7 +88,16 @@ SPEC: list[Metric] = [
     Metric("dual_mi", "test/dual_mi", "dual MI", 2, compared=False, logged=True),
     Metric("sigma_min_L", "test/sigma_min_L", "σ_min(L)", 4, compared=False, logged=True),  # FullCovGaussianPosterior's L
     Metric(
-        "neg_elbo", "test/loss", "−ELBO", 2, differenced=True, per_text="neg_elbo", text_mean=True, bn_sensitive=True, hparam=True
+        "neg_elbo",
+        "test/loss",
+        "−ELBO",
+        2,
+        differenced=True,
+        per_text="neg_elbo",
+        text_mean=True,
+        bn_sensitive=True,
+        hparam=True,
+        headline=True,  # the language model's, and a run tested without importance samples
     ),
     Metric("rec", "test/rec", "reconstruction", 2, compared=False, bn_sensitive=True),
     Metric("kl", "test/kl", "KL", 2, differenced=True, per_text="kl", text_mean=True, bn_sensitive=True, hparam=True, bar=True),
@@ -156,6 +167,14 @@ def per_text_columns() -> tuple[str, ...]:
     named = [m.per_text for m in SPEC if m.per_text]
     first = [c for c in PER_TEXT_FIRST if c in named]
     return (*PER_TEXT_LEAD, *first, *(c for c in named if c not in first))
+
+
+def headline(values: dict) -> tuple[str, float] | None:
+    """The first headline metric (in SPEC's order) that a run's metrics.json `values` hold as a
+    number: its key and value; None if none."""
+    found = (m.key for m in SPEC if m.headline and isinstance(values.get(m.key), (int, float)))
+    key = next(found, None)
+    return None if key is None else (key, values[key])
 
 
 def mc_se_keys() -> set[str]:
