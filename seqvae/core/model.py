@@ -194,8 +194,8 @@ class SeqVAE(PythonAPI, pl.LightningModule):
             "kl_penalty": self.kl_penalty,
             "aggressive": aggressive,
             "optimizer": optimizer,
+            "refine": refine,
         }
-        strategies["refine"] = refine
         strategies.update({f"regularizers[{i}]": r for i, r in enumerate(self.regularizers)})
         for option, strategy in strategies.items():
             check_strategy(f"model.{option}", strategy)
