@@ -246,7 +246,9 @@ def run_lightning(argv: list[str] | None = None) -> None:
         message = union_choice_error(message) or message
         # The messages name the key, not the --config file that set it (unknown key, wrong type, out of range):
         # add the file, unless the command line set the key too (its value is the one refused).
-        found = re.search(r"does not accept option '([\w.]+)'|^Parser key \"([\w.]+)\"|^((?:model|data|trainer)\.[\w.]+):", message)
+        found = re.search(
+            r"does not accept option '([\w.]+)'|^Parser key \"([\w.]+)\"|^((?:model|data|trainer)\.[\w.]+):", message
+        )
         key = next((k for k in found.groups() if k), None) if found else None
         written_in = file_setting(given, key) if key else None
         if written_in is not None and not any(a == f"--{key}" or a.startswith(f"--{key}=") for a in given):

@@ -19,6 +19,7 @@ import pytorch_lightning as pl
 import torch
 import yaml
 
+from seqvae.core import elbo
 from seqvae.core.model import SeqVAE
 from seqvae.text.datamodule import TextDataModule
 
@@ -46,7 +47,7 @@ def diagnose(run: Path, checkpoint: str = "best", batches: int = 3, seed: int = 
         tokens, lengths = batch["tokens"], batch["lengths"]
         q, h = model.encoder.encode(tokens, lengths)
         mu = q.mean
-        rec = -model.decoder.log_likelihood(tokens, lengths, q.sample(1))[:, 0].mean()
+        rec = elbo.elbo_terms(model.decoder, q, tokens, lengths).rec.mean()
         rec.backward()
         total = torch.sqrt(sum(p.grad.pow(2).sum() for p in params.values() if p.grad is not None))
         for n, p in params.items():

@@ -15,7 +15,9 @@ def union_choice_error(message: str) -> str | None:
     any other message."""
     import re
 
-    found = re.search(r'Parser key "([\w.]+)": Does not validate against any of the Union subtypes Subtypes: \[(.*?)\] Errors:', message)
+    found = re.search(
+        r'Parser key "([\w.]+)": Does not validate against any of the Union subtypes Subtypes: \[(.*?)\] Errors:', message
+    )
     if found is None:
         return None
     given = re.search(r"Given value: (.*)$", message)

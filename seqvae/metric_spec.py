@@ -34,22 +34,47 @@ class Metric:
     bar: bool = False  # a panel of `compare --plots`' bar chart of final test metrics
     bar_zoom: bool = False  # that panel's axis spans the values, not 0 (differences of a few nats in ~400)
     mc_se: str | None = None  # the id of the metric holding this one's Monte-Carlo standard error
-    every_run: bool = True  # False: only runs a later command measured (`seqvae probe`); its difference column shows where a row has it
+    # False: only runs a later command measured (`seqvae probe`); its difference column shows where a row has it
+    every_run: bool = True
     divide_by: float = 1  # compare shows the recorded value divided by this (fit_seconds as minutes)
     logged: bool = False  # logged at test by a strategy (a KL penalty's own estimates), not computed by EvalMetrics
+    headline: bool = False  # `seqvae sweep --status` shows a finished run's first headline metric (`headline`)
 
 
 # compare's column order. rec, elbo_ppl and the μ spectrum's EV are in metrics.json only: compare's
 # table was already wide when they were added.
 SPEC: list[Metric] = [
-    Metric("iw_nll", "test/iw_nll", "IW-NLL", 2, differenced=True, per_text="iw_nll", text_mean=True, k_biased=True,
-           bn_sensitive=True, hparam=True, bar=True, bar_zoom=True, mc_se="iw_nll_se"),
+    Metric(
+        "iw_nll",
+        "test/iw_nll",
+        "IW-NLL",
+        2,
+        differenced=True,
+        per_text="iw_nll",
+        text_mean=True,
+        k_biased=True,
+        bn_sensitive=True,
+        hparam=True,
+        bar=True,
+        bar_zoom=True,
+        mc_se="iw_nll_se",
+        headline=True,
+    ),
     # a run's own: √(Σ se_i²)/N over its texts' per-text s.e. (a row shows its runs' root mean square)
     Metric("iw_nll_se", "test/iw_nll_se", "IW-NLL MC se", 2, per_text="iw_se"),
     # AIS (SPEC §14; a test with `model.ais` only): an upper bound on the NLL in expectation, like IW-NLL;
     # its s.e. is the delta method's across chains
-    Metric("ais_nll", "test/ais_nll", "AIS-NLL", 2, differenced=True, per_text="ais_nll", text_mean=True,
-           every_run=False, mc_se="ais_nll_se"),
+    Metric(
+        "ais_nll",
+        "test/ais_nll",
+        "AIS-NLL",
+        2,
+        differenced=True,
+        per_text="ais_nll",
+        text_mean=True,
+        every_run=False,
+        mc_se="ais_nll_se",
+    ),
     Metric("ais_nll_se", "test/ais_nll_se", "AIS-NLL MC se", 2, per_text="ais_se", every_run=False),
     Metric("ais_ppl", "test/ais_ppl", "AIS PPL", 1, compared=False),
     Metric("ais_accept", "test/ais_accept", "AIS HMC acceptance", 3, compared=False),
@@ -62,14 +87,32 @@ SPEC: list[Metric] = [
     Metric("dual_kl_z", "test/dual_kl_z", "dual KL(z)", 2, compared=False, logged=True),
     Metric("dual_mi", "test/dual_mi", "dual MI", 2, compared=False, logged=True),
     Metric("sigma_min_L", "test/sigma_min_L", "σ_min(L)", 4, compared=False, logged=True),  # FullCovGaussianPosterior's L
-    Metric("neg_elbo", "test/loss", "−ELBO", 2, differenced=True, per_text="neg_elbo", text_mean=True, bn_sensitive=True,
-           hparam=True),
+    Metric(
+        "neg_elbo",
+        "test/loss",
+        "−ELBO",
+        2,
+        differenced=True,
+        per_text="neg_elbo",
+        text_mean=True,
+        bn_sensitive=True,
+        hparam=True,
+        headline=True,  # the language model's, and a run tested without importance samples
+    ),
     Metric("rec", "test/rec", "reconstruction", 2, compared=False, bn_sensitive=True),
-    Metric("kl", "test/kl", "KL", 2, differenced=True, per_text="kl", text_mean=True, bn_sensitive=True, hparam=True,
-           bar=True),
+    Metric("kl", "test/kl", "KL", 2, differenced=True, per_text="kl", text_mean=True, bn_sensitive=True, hparam=True, bar=True),
     Metric("mi", "test/mi", "MI", 2, differenced=True, bn_sensitive=True, hparam=True),
-    Metric("mi_dataset", "test/mi_dataset", "MI(dataset)", 2, differenced=True, bn_sensitive=True, hparam=True, bar=True,
-           mc_se="mi_dataset_se"),
+    Metric(
+        "mi_dataset",
+        "test/mi_dataset",
+        "MI(dataset)",
+        2,
+        differenced=True,
+        bn_sensitive=True,
+        hparam=True,
+        bar=True,
+        mc_se="mi_dataset_se",
+    ),
     Metric("mi_dataset_se", "test/mi_dataset_se", "MI(dataset) MC se", 3),
     Metric("au", "test/au", "AU", 1, differenced=True, count=True, bn_sensitive=True, hparam=True, bar=True),
     Metric("feature_cos", "test/feature_cos", "feature cos", 4, hparam=True, bar=True),
@@ -88,7 +131,7 @@ SPEC: list[Metric] = [
     Metric("encoder_updates", "encoder_updates", "enc updates", 0),
     Metric("decoder_updates", "decoder_updates", "dec updates", 0),
     Metric("train_minutes", "fit_seconds", "train minutes", 1, divide_by=60),
-]  # fmt: skip
+]
 
 # per_text.csv: the columns before the metrics' (which text, its line in the test file, its
 # predicted tokens); then the metric columns in the order the first runs wrote them (committed
@@ -124,6 +167,14 @@ def per_text_columns() -> tuple[str, ...]:
     named = [m.per_text for m in SPEC if m.per_text]
     first = [c for c in PER_TEXT_FIRST if c in named]
     return (*PER_TEXT_LEAD, *first, *(c for c in named if c not in first))
+
+
+def headline(values: dict) -> tuple[str, float] | None:
+    """The first headline metric (in SPEC's order) that a run's metrics.json `values` hold as a
+    number: its key and value; None if none."""
+    found = (m.key for m in SPEC if m.headline and isinstance(values.get(m.key), (int, float)))
+    key = next(found, None)
+    return None if key is None else (key, values[key])
 
 
 def mc_se_keys() -> set[str]:

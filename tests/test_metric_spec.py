@@ -180,3 +180,24 @@ def test_an_undeclared_test_metric_is_written_and_named(tmp_path, capsys, monkey
     err = capsys.readouterr().err
     assert ("seqvae: warning: test/toy_nll not declared in seqvae/metric_spec.py: in metrics.json, but compare, its plots "
             "and TensorBoard's HPARAMS do not show them\n") in err  # fmt: skip
+
+
+def test_sweep_status_shows_the_specs_headline_metric(tmp_path, monkeypatch):
+    """`seqvae sweep --status` reads a finished cell's metric from the spec's `headline` entries
+    (IW-NLL, else −ELBO), first in SPEC's order; a headline added to the spec is the one shown."""
+    from seqvae.experiments.grid import Cell
+    from seqvae.experiments.status import cell_status
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    cell = Cell(1, 1, "v", 1, run_dir, [])
+
+    def shown(values: dict) -> str:
+        (run_dir / "metrics.json").write_text(json.dumps({"epochs": 2, **values}))
+        return cell_status(cell)["metric"]
+
+    assert shown({"test/loss": 105.0, "test/iw_nll": 101.23456}) == "test/iw_nll 101.235"
+    assert shown({"test/loss": 105.0, "test/iw_nll": None}) == "test/loss 105.000"  # tested without IW samples
+    assert shown({"test/kl": 3.0}) == ""
+    monkeypatch.setattr(metric_spec, "SPEC", [Metric("ppl", "test/iw_ppl", "PPL", 1, headline=True), *SPEC])
+    assert shown({"test/loss": 105.0, "test/iw_nll": 101.0, "test/iw_ppl": 80.0}) == "test/iw_ppl 80.000"

@@ -192,8 +192,13 @@ def unreliable(*groups: dict) -> tuple[str, ...]:
 def render_json(groups: list[dict], pairings: list[str], warnings: list[str], resolve: float | None = None) -> str:
     rows = []
     for g in groups:
-        row = {"label": g["label"], "n": len(g["runs"]), "baseline": g["baseline"], "runs": [run_json(r) for r in g["runs"]],
-               "torch_threads": thread_counts(g["runs"])}
+        row = {
+            "label": g["label"],
+            "n": len(g["runs"]),
+            "baseline": g["baseline"],
+            "runs": [run_json(r) for r in g["runs"]],
+            "torch_threads": thread_counts(g["runs"]),
+        }
         row.update(g["stats"])
         if unreliable(g):
             row["unreliable"] = list(unreliable(g))
@@ -332,8 +337,16 @@ def main(argv: list[str] | None = None) -> int:
     except (CompareError, OSError) as err:
         print(f"seqvae compare: error: {err}", file=sys.stderr)
         return 2
-    notes = [*test_texts_notes(groups), *common_settings_note(groups, args.label), *filled_in_notes(groups), *bn_note(groups),
-             *repeated_seed_notes(groups), *thread_notes(groups), *retest_note(groups), *provenance_note(groups)]  # fmt: skip
+    notes = [
+        *test_texts_notes(groups),
+        *common_settings_note(groups, args.label),
+        *filled_in_notes(groups),
+        *bn_note(groups),
+        *repeated_seed_notes(groups),
+        *thread_notes(groups),
+        *retest_note(groups),
+        *provenance_note(groups),
+    ]
     commits = commit_warning([r for g in groups for r in g["runs"]])
     if commits:
         print(f"seqvae compare: warning: {commits}", file=sys.stderr)

@@ -18,18 +18,36 @@ from seqvae.metric_spec import SPEC, differenced, metric, per_text_columns
 # the seeds a by-seed interval used, whether every paired difference was equal (no spread: no interval to
 # read), and the seeds at which the observed mean difference (and `--resolve X`) would exclude 0
 # (`seqvae/analysis/table_cells.py`).
-DIFF_KEYS = dict.fromkeys(("diff", "lo", "hi", "n", "df", "by", "why", "mc_se", "excludes_zero", "seeds", "degenerate",
-                           "seeds_needed", "seeds_needed_resolve"))  # fmt: skip
+DIFF_KEYS = dict.fromkeys(
+    (
+        "diff",
+        "lo",
+        "hi",
+        "n",
+        "df",
+        "by",
+        "why",
+        "mc_se",
+        "excludes_zero",
+        "seeds",
+        "degenerate",
+        "seeds_needed",
+        "seeds_needed_resolve",
+    )
+)
 # Why a difference has no interval when its two sides were not all tested on the same texts.
 OTHER_TEXTS = "tested on different texts than the baseline"
 # Two-sided 95% quantiles of Student's t, t(0.975, df), for df 1..30; beyond, the Cornish-Fisher
 # expansion around the normal quantile (its P(T < t) is off by < 1e-8 from df 31 on; tests/test_compare.py).
-T975 = (
-    12.706204736, 4.302652730, 3.182446305, 2.776445105, 2.570581836, 2.446911851, 2.364624252, 2.306004135,
-    2.262157163, 2.228138852, 2.200985160, 2.178812830, 2.160368656, 2.144786688, 2.131449546, 2.119905299,
-    2.109815578, 2.100922040, 2.093024054, 2.085963447, 2.079613845, 2.073873068, 2.068657610, 2.063898562,
-    2.059538553, 2.055529439, 2.051830516, 2.048407142, 2.045229642, 2.042272456,
-)  # fmt: skip
+T975 = tuple(
+    float(t)
+    for t in """
+    12.706204736 4.302652730 3.182446305 2.776445105 2.570581836 2.446911851 2.364624252 2.306004135
+    2.262157163 2.228138852 2.200985160 2.178812830 2.160368656 2.144786688 2.131449546 2.119905299
+    2.109815578 2.100922040 2.093024054 2.085963447 2.079613845 2.073873068 2.068657610 2.063898562
+    2.059538553 2.055529439 2.051830516 2.048407142 2.045229642 2.042272456
+""".split()
+)
 
 
 def t975(df: float) -> float:
@@ -257,8 +275,8 @@ def differences(g: dict, base: dict) -> tuple[dict, str, str]:
     bwhich = f"seed {b['seed']}" if b["seed"] is not None else b["path"].name
     # the row's other runs (a row of several against one baseline run) are not in its difference
     others = [str(r["seed"]) if r["seed"] is not None else r["path"].name for r in rows if r is not a]
-    left_out = (f"; {len(others)} run(s) without a partner of the same seed left out "
-                f"(seed{'s' * (len(others) > 1)} {', '.join(others)})") if others else ""  # fmt: skip
+    seeds_left_out = f"seed{'s' * (len(others) > 1)} {', '.join(others)}"
+    left_out = f"; {len(others)} run(s) without a partner of the same seed left out ({seeds_left_out})" if others else ""
     texts, why = texts_pairing(a, b)
     paired = by_text()
     other_texts = why.startswith(DIFFERENT_TEXTS)  # a Monte-Carlo s.e. beside it would read as its error
@@ -285,8 +303,10 @@ def differences(g: dict, base: dict) -> tuple[dict, str, str]:
         n_iw = out["iw_nll"].get("n") or 0
         t_iw = f", t(0.975, {n_iw - 1}) = {t975(n_iw - 1):.3f}" if n_iw > 1 else ""
         iw = f"; IW-NLL on the {n_iw} texts both have it for{t_iw}" if n_iw != n else ""
-        line = (f"{head}: IW-NLL, −ELBO, KL paired by test text of {checkpoint(a, b)} (n = {n} texts, {t}{iw}); "
-                "MI, MI(dataset), AU, PPL: n/a, one run per side")  # fmt: skip
+        line = (
+            f"{head}: IW-NLL, −ELBO, KL paired by test text of {checkpoint(a, b)} (n = {n} texts, {t}{iw}); "
+            "MI, MI(dataset), AU, PPL: n/a, one run per side"
+        )
         short = f"text ({checkpoint(a, b)}), n={n}"
     else:
         line = f"{head}: not paired by text ({why}); one run per side: differences only, n/a"

@@ -13,9 +13,21 @@ from seqvae.analysis.runs import MISSING, UNKNOWN_TRAINING
 COMMON_LABEL = "common settings"
 # What only a latent variable uses: an LM (`model.latent_dim: 0`) is labelled `LM`, not by the
 # pooling, schedule or encoder it never ran (issue 45).
-LM_UNUSED = ("model.latent_dim", "model.pooling", "model.kl_schedule", "model.kl_penalty", "model.regularizers",
-             "model.skip", "model.bn_gamma", "model.bn_eps", "model.encoder", "model.encoder_hidden_dim",
-             "model.feature_norm", "model.aggressive", "model.mi_dataset")  # fmt: skip
+LM_UNUSED = (
+    "model.latent_dim",
+    "model.pooling",
+    "model.kl_schedule",
+    "model.kl_penalty",
+    "model.regularizers",
+    "model.skip",
+    "model.bn_gamma",
+    "model.bn_eps",
+    "model.encoder",
+    "model.encoder_hidden_dim",
+    "model.feature_norm",
+    "model.aggressive",
+    "model.mi_dataset",
+)
 LM_LABEL = "LM"
 
 
@@ -76,6 +88,7 @@ def short_names(keys: list[str]) -> dict[str, str]:
 
 def varying_keys(groups: list[dict], field: str = "config") -> list[str]:
     keys = sorted({k for g in groups for k in g[field]})
+
     def values(k: str) -> set[str]:
         return {json.dumps(g[field].get(k, "<absent>"), default=str) for g in groups if not lm_lacks(g[field], k)}
 
@@ -117,10 +130,11 @@ def config_label(config: dict, varying: list[str], common: dict, names: dict) ->
     when most rows set it, or the row would read as "common settings" while differing from them;
     not an LM's latent settings (it has none: `LM` says so)."""
     shown = [
-        k for k in varying
+        k
+        for k in varying
         if ((k in common and config.get(k, MISSING) != common[k]) or (k not in common and k in config))
         and not lm_lacks(config, k)
-    ]  # fmt: skip
+    ]
     return ", ".join(item(names[k], k, config.get(k, MISSING)) for k in sorted(shown, key=lambda k: k != "model"))
 
 

@@ -55,8 +55,15 @@ def fit_probe(x, y, n_classes: int, c: float = C, max_iter: int = MAX_ITER) -> d
     y = y.detach().to(torch.long)
     w = torch.zeros(z.shape[1], n_classes, dtype=torch.float64, requires_grad=True)
     b = torch.zeros(n_classes, dtype=torch.float64, requires_grad=True)
-    opt = torch.optim.LBFGS([w, b], lr=1.0, max_iter=max_iter, tolerance_grad=1e-9, tolerance_change=1e-12,
-                            history_size=20, line_search_fn="strong_wolfe")  # fmt: skip
+    opt = torch.optim.LBFGS(
+        [w, b],
+        lr=1.0,
+        max_iter=max_iter,
+        tolerance_grad=1e-9,
+        tolerance_change=1e-12,
+        history_size=20,
+        line_search_fn="strong_wolfe",
+    )
     penalty = 1.0 / (2.0 * c * len(y))
 
     def closure():
@@ -252,13 +259,21 @@ def run_probe(args) -> dict:
         "run_dir": str(run),
         "label_column": label_column,
         "train": {"split": specs["train"], "texts": len(train_texts), "unlabelled_skipped": train_unlabelled},
-        "test": {"split": specs["test"], "texts": len(test_texts), "unlabelled_skipped": test_unlabelled,
-                 "class_counts": {classes[k]: v for k, v in sorted(Counter(test_y.tolist()).items())}},
+        "test": {
+            "split": specs["test"],
+            "texts": len(test_texts),
+            "unlabelled_skipped": test_unlabelled,
+            "class_counts": {classes[k]: v for k, v in sorted(Counter(test_y.tolist()).items())},
+        },
         "classes": classes,
         "latent_dim": int(train_x.shape[1]),
         "mu_std": float(test_x.std(0).mean()),  # how much the raw means vary across held-out texts
-        "probe": {"model": "multinomial logistic regression on standardised posterior means",
-                  "optimiser": "full-batch L-BFGS (strong Wolfe), float64, zero init", "C": C, "max_iter": MAX_ITER},
+        "probe": {
+            "model": "multinomial logistic regression on standardised posterior means",
+            "optimiser": "full-batch L-BFGS (strong Wolfe), float64, zero init",
+            "C": C,
+            "max_iter": MAX_ITER,
+        },
         "seed": args.seed,
         "draws": args.draws,
         "sizes": {str(n): r for n, r in result["sizes"].items()},
@@ -268,7 +283,7 @@ def run_probe(args) -> dict:
         "command": "seqvae probe " + " ".join(args.argv),
         "_metrics": metrics if metrics is not None else None,
         "_metrics_path": str(metrics_path) if metrics is not None else None,
-    }  # fmt: skip
+    }
 
 
 def parse_sizes(text: str) -> list[int]:
@@ -353,6 +368,8 @@ def main(argv: list[str] | None = None) -> int:
     print(text)
     print(f"wrote {', '.join(map(str, written))}")
     if len(written) == 1:
-        print(f"seqvae probe: {result['checkpoint']} is not a run's best checkpoint with a metrics.json: metrics.json left alone",
-              file=sys.stderr)  # fmt: skip
+        print(
+            f"seqvae probe: {result['checkpoint']} is not a run's best checkpoint with a metrics.json: metrics.json left alone",
+            file=sys.stderr,
+        )
     return 0

@@ -32,16 +32,21 @@ def counts(runs: list[dict]) -> str:
 def thread_notes(groups: list[dict]) -> list[str]:
     """One line per row whose runs used different torch thread counts, and one per difference that mixes them."""
     base = next((g for g in groups if g["baseline"]), None)
-    lines = [f"{THREADS_MARK} {g['label']}: its runs used different torch thread counts ({counts(g['runs'])} runs); "
-             "results depend on the thread count (docs/usage.md#determinism), so its s.d. includes that"
-             for g in groups if mixed_threads(g)]  # fmt: skip
+    lines = [
+        f"{THREADS_MARK} {g['label']}: its runs used different torch thread counts ({counts(g['runs'])} runs); "
+        "results depend on the thread count (docs/usage.md#determinism), so its s.d. includes that"
+        for g in groups
+        if mixed_threads(g)
+    ]
     if base is not None:
         mixing = [g for g in groups if g is not base and not mixed_threads(g) and mixed_threads(g, base)]
         if mixing:
             rows = "; ".join(f"{g['label']} {counts(g['runs'])}" for g in mixing)
-            lines.append(f"{THREADS_MARK} {', '.join(g['label'] for g in mixing)}: the difference to {base['label']} mixes "
-                         f"torch thread counts (rows {rows}; baseline {counts(base['runs'])}): part of it may be the "
-                         "thread count's")  # fmt: skip
+            lines.append(
+                f"{THREADS_MARK} {', '.join(g['label'] for g in mixing)}: the difference to {base['label']} mixes "
+                f"torch thread counts (rows {rows}; baseline {counts(base['runs'])}): part of it may be the "
+                "thread count's"
+            )
     return lines
 
 
@@ -62,8 +67,10 @@ def provenance_note(groups: list[dict]) -> list[str]:
     if not which:
         return []
     every = len(which) == len(groups) and all(no_provenance(r) for g in groups for r in g["runs"])
-    return [f"No provenance (metrics.json records no git commit and no seeds: the code and seeds that made them are "
-            f"not in their files): {'every run' if every else '; '.join(which)}"]  # fmt: skip
+    return [
+        f"No provenance (metrics.json records no git commit and no seeds: the code and seeds that made them are "
+        f"not in their files): {'every run' if every else '; '.join(which)}"
+    ]
 
 
 def retest_note(groups: list[dict]) -> list[str]:
@@ -77,9 +84,13 @@ def retest_note(groups: list[dict]) -> list[str]:
                 )
     lines = []
     if found:
-        lines.append("Re-tests (seqvae test --ckpt_path), grouped and labelled by their checkpoint's training run's "
-                     f"settings, with their own test split and evaluation settings: {'; '.join(found)}")  # fmt: skip
+        lines.append(
+            "Re-tests (seqvae test --ckpt_path), grouped and labelled by their checkpoint's training run's "
+            f"settings, with their own test split and evaluation settings: {'; '.join(found)}"
+        )
     if lost:
-        lines.append("Re-tests whose checkpoint's training run is not here, labelled by the model settings the checkpoint "
-                     f"saved and their own test settings only: {'; '.join(lost)}")  # fmt: skip
+        lines.append(
+            "Re-tests whose checkpoint's training run is not here, labelled by the model settings the checkpoint "
+            f"saved and their own test settings only: {'; '.join(lost)}"
+        )
     return lines

@@ -25,14 +25,25 @@ from seqvae.text.splits import fold_split_keys
 # The others change how a run is saved, launched or used after training, never its numbers;
 # runs written before they existed must still group with runs written after.
 IGNORED = (
-    "seed_everything", "data.seed", "trainer.logger", "checkpoint", "ckpt_path", "trainer.default_root_dir",
-    "model.init_encoder_from", "periodic_checkpoint", "model.generation", "trainer.use_distributed_sampler",
+    "seed_everything",
+    "data.seed",
+    "trainer.logger",
+    "checkpoint",
+    "ckpt_path",
+    "trainer.default_root_dir",
+    "model.init_encoder_from",
+    "periodic_checkpoint",
+    "model.generation",
+    "trainer.use_distributed_sampler",
     "model.aggressive.init_args.seed",  # the run's seed since it defaults to seed_everything
     "data.vocab",  # a re-test reads the vocabulary from its checkpoint: the same one
     "verbose",  # `seqvae test`'s printing switch
     # what a run shows while it runs (TensorBoard text and images, a progress bar in a terminal)
-    "text_samples", "latent_dimensions", "trainer.enable_progress_bar", "trainer.enable_model_summary",
-)  # fmt: skip
+    "text_samples",
+    "latent_dimensions",
+    "trainer.enable_progress_bar",
+    "trainer.enable_model_summary",
+)
 
 
 KEPT = ("checkpoint.monitor",)
@@ -90,8 +101,14 @@ def read_mapping(path: Path, name: str, read) -> dict:
 # itself; every other setting is the checkpoint's. Its config.yaml holds the model's settings as
 # the checkpoint saved them, but the test command's defaults for the rest (checkpoint.monitor,
 # data.max_vocab, plateau.patience, ...), which say nothing of how the checkpoint was trained.
-RETEST_OWN = ("data.test", "model.val_iw_samples", "model.test_iw_samples", "model.iw_max_elements", "model.mi_dataset",
-              "model.eval_seed")  # fmt: skip
+RETEST_OWN = (
+    "data.test",
+    "model.val_iw_samples",
+    "model.test_iw_samples",
+    "model.iw_max_elements",
+    "model.mi_dataset",
+    "model.eval_seed",
+)
 
 
 # The key a re-test whose training run is not here carries instead of the settings it cannot know.
@@ -179,9 +196,11 @@ def find_runs(patterns: list[str], option: str | None = None) -> list[dict]:
             raise CompareError(f"{where}{err}") from None
     if skipped:
         names = ", ".join(str(p) for p in skipped[:3]) + (f" and {len(skipped) - 3} more" if len(skipped) > 3 else "")
-        print(f"seqvae compare: skipped {len(skipped)} directories without metrics.json (predict, unfinished, failed or "
-              f"empty): {names}",
-              file=sys.stderr)  # fmt: skip
+        print(
+            f"seqvae compare: skipped {len(skipped)} directories without metrics.json (predict, unfinished, failed or "
+            f"empty): {names}",
+            file=sys.stderr,
+        )
     if not runs:
         raise CompareError(f"{where}{' '.join(patterns)}: no finished runs (no metrics.json)")
     return runs
@@ -306,7 +325,8 @@ def repeated_seed_notes(groups: list[dict]) -> list[str]:
         for seed, paths in by_seed.items():
             if len(paths) > 1:
                 notes.append(
-                    f"{g['label']}: {len(paths)} runs with seed {seed} ({', '.join(paths)}): one config and one seed are not "
-                    "independent replicates (a copy or a re-run?); n and the s.d. count them as separate runs: leave all but one out"
+                    f"{g['label']}: {len(paths)} runs with seed {seed} ({', '.join(paths)}): one config and one seed are "
+                    "not independent replicates (a copy or a re-run?); n and the s.d. count them as separate runs: "
+                    "leave all but one out"
                 )
     return notes

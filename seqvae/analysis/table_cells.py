@@ -33,8 +33,10 @@ SEEDS_NOTE = (
     "difference (or the one --resolve names) and paired s.d.; a planning estimate: it takes the observed s.d. as known, "
     "not a power calculation"
 )
-COMPACT_SEEDS = ("seeds needed for a 95% interval by seed of the {} difference to exclude 0, at the observed difference and "
-                 "paired s.d. (a planning estimate, not a power calculation; every metric's: --format json or --resolve X)")
+COMPACT_SEEDS = (
+    "seeds needed for a 95% interval by seed of the {} difference to exclude 0, at the observed difference and "
+    "paired s.d. (a planning estimate, not a power calculation; every metric's: --format json or --resolve X)"
+)
 SEEDS_METRIC = "iw_nll"  # the one whose seeds needed every table shows (all are in JSON, and per row with --resolve)
 
 
@@ -88,18 +90,21 @@ def judge(g: dict, base: dict, diff: dict, line: str, allow_mixed_k: bool, resol
     other_texts = any(d.get("why") in (OTHER_TEXTS, NOT_COMPARABLE) for d in diff.values())
     if ka and kb and ka != kb:
         if allow_mixed_k:
-            line += (f"; IW-NLL with different K ({ka} vs {kb} importance samples; --allow-mixed-k: the difference "
-                     "includes the two models' different finite-K bias)")  # fmt: skip
+            line += (
+                f"; IW-NLL with different K ({ka} vs {kb} importance samples; --allow-mixed-k: the difference "
+                "includes the two models' different finite-K bias)"
+            )
         else:
             refuse(diff, f"K {ka} vs {kb}", "the finite-K bias of IW-NLL depends on the model")
-            line += (f"; IW-NLL and PPL not differenced: K = {ka} vs {kb} importance samples, and the finite-K bias "
-                     "of IW-NLL (−ELBO − IW-NLL shrinks with K by a model-dependent amount) differs between the sides, "
-                     "so their difference is not the NLL difference (--allow-mixed-k to difference them)")  # fmt: skip
+            line += (
+                f"; IW-NLL and PPL not differenced: K = {ka} vs {kb} importance samples, and the finite-K bias "
+                "of IW-NLL (−ELBO − IW-NLL shrinks with K by a model-dependent amount) differs between the sides, "
+                "so their difference is not the NLL difference (--allow-mixed-k to difference them)"
+            )
     if other_texts and not allow_mixed_k:
         # means over test texts: a difference of them across different texts is a difference of corpora
         refuse(diff, "other texts", "tested on different texts", "text_mean")
-        line += ("; IW-NLL, −ELBO, KL, PPL (means over texts) not differenced on other texts "
-                 "(--allow-mixed-k to difference them)")
+        line += "; IW-NLL, −ELBO, KL, PPL (means over texts) not differenced on other texts (--allow-mixed-k to difference them)"
     needed, wanted = [], []
     for mid, d in diff.items():
         d["degenerate"] = True if degenerate(d) else None
@@ -137,8 +142,11 @@ def add_differences(groups: list[dict], allow_mixed_k: bool = False, resolve: fl
         seeds_lines += [seeds] if seeds else []
         by_text |= any(d["by"] == "text" for d in diff.values())
         flat |= any(d.get("degenerate") for d in diff.values())
-    compact = [f"{g['label']} {g['difference'][SEEDS_METRIC]['seeds_needed']}" for g in groups
-               if g is not base and g["difference"][SEEDS_METRIC].get("seeds_needed")]  # fmt: skip
+    compact = [
+        f"{g['label']} {g['difference'][SEEDS_METRIC]['seeds_needed']}"
+        for g in groups
+        if g is not base and g["difference"][SEEDS_METRIC].get("seeds_needed")
+    ]
     if resolve is None and compact:
         seeds_lines = [f"{COMPACT_SEEDS.format(metric(SEEDS_METRIC).header)}: {', '.join(compact)}"]
     notes = [BY_TEXT_NOTE] * by_text + [DEGENERATE_NOTE] * flat + [SEEDS_NOTE] * (bool(seeds_lines) and resolve is not None)

@@ -60,9 +60,15 @@ def leapfrog(
 
 
 def hmc_transition(
-    z: torch.Tensor, ll: torch.Tensor, grad_ll: torch.Tensor, t: float, eps: torch.Tensor, steps: int,
-    ll_grad: LogLikelihoodGrad, generator: torch.Generator | None,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:  # fmt: skip
+    z: torch.Tensor,
+    ll: torch.Tensor,
+    grad_ll: torch.Tensor,
+    t: float,
+    eps: torch.Tensor,
+    steps: int,
+    ll_grad: LogLikelihoodGrad,
+    generator: torch.Generator | None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """One HMC transition per chain leaving f_t(z) ∝ N(z; 0, I) p(x|z)^t invariant: momentum
     v ~ N(0, I), leapfrog, accept with probability min(1, exp(H − H')), H = U + ½‖v‖² (a proposal
     whose energy is not finite is rejected). Returns (z, log p(x|z), ∇, accepted (B, K) bool)."""
@@ -77,10 +83,16 @@ def hmc_transition(
 
 
 def ais_log_weights(
-    ll_grad: LogLikelihoodGrad, z0: torch.Tensor, schedule: torch.Tensor, generator: torch.Generator | None = None,
-    leapfrog_steps: int = 10, step_size: float = 0.01, target_accept: float = 0.65, step_range: tuple[float, float] = (1e-4, 0.5),
+    ll_grad: LogLikelihoodGrad,
+    z0: torch.Tensor,
+    schedule: torch.Tensor,
+    generator: torch.Generator | None = None,
+    leapfrog_steps: int = 10,
+    step_size: float = 0.01,
+    target_accept: float = 0.65,
+    step_range: tuple[float, float] = (1e-4, 0.5),
     progress: Callable[[float], None] | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+) -> tuple[torch.Tensor, torch.Tensor]:
     """The chains' AIS log-weights (B, K) from prior draws `z0` (B, K, Z) along `schedule` (T,),
     and each chain's acceptance rate (B, K). After each transition j a chain's step size is
     multiplied by 1.02 if its acceptance rate so far exceeds `target_accept`, else by 0.98, and

@@ -132,19 +132,30 @@ class DualKL(KLPenalty):
     per_dimension = False  # the dual estimates the whole KL, not its dimensions
     option_ranges = {
         "critic": Range(lambda v: v in ("xz", "z"), "xz or z"),
-        "steps": NON_NEGATIVE, "lr": POSITIVE, "hidden": AT_LEAST_ONE, "layers": AT_LEAST_ONE, "test_samples": NON_NEGATIVE,
-    }  # fmt: skip
+        "steps": NON_NEGATIVE,
+        "lr": POSITIVE,
+        "hidden": AT_LEAST_ONE,
+        "layers": AT_LEAST_ONE,
+        "test_samples": NON_NEGATIVE,
+    }
 
     def __init__(
-        self, critic: Literal["xz", "z"] = "xz", steps: int = 5, lr: float = 1e-5, hidden: int = 512, layers: int = 3,
+        self,
+        critic: Literal["xz", "z"] = "xz",
+        steps: int = 5,
+        lr: float = 1e-5,
+        hidden: int = 512,
+        layers: int = 3,
         test_samples: int = 128,
-    ):  # fmt: skip
+    ):
         self.critic, self.steps, self.lr, self.hidden, self.layers = critic, steps, lr, hidden, layers
         self.test_samples = test_samples
 
     def __repr__(self) -> str:
-        return (f"DualKL(critic={self.critic!r}, steps={self.steps}, lr={self.lr}, hidden={self.hidden}, "
-                f"layers={self.layers}, test_samples={self.test_samples})")  # fmt: skip
+        return (
+            f"DualKL(critic={self.critic!r}, steps={self.steps}, lr={self.lr}, hidden={self.hidden}, "
+            f"layers={self.layers}, test_samples={self.test_samples})"
+        )
 
     def __call__(self, kl: torch.Tensor) -> torch.Tensor:
         raise TypeError("DualKL needs the batch's draws and its critics: call `term`")

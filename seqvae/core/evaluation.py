@@ -20,7 +20,10 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from seqvae.core import dual_kl  # noqa: F401 (declares DualKL, whose `test_batch` runs at test)
+from seqvae.core import (
+    dual_kl,  # noqa: F401 (declares DualKL, whose `test_batch` runs at test)
+    elbo,
+)
 from seqvae.core.ais import exact_decoder_nll
 from seqvae.core.chunking import iw_budget
 from seqvae.core.metrics import iw_nll_from_weights, iw_nll_standard_error, posterior_iw_log_weights
@@ -52,7 +55,9 @@ class EvalNoise:
     skips."""
 
     def __init__(self, seed: int, device: torch.device, latent_dim: int, preceding_sizes: list[int] = ()):
-        self.rec, self.iw, self.mi, self.svi = (torch.Generator(device=device).manual_seed(stream_seed(seed, s)) for s in STREAMS[:4])
+        self.rec, self.iw, self.mi, self.svi = (
+            torch.Generator(device=device).manual_seed(stream_seed(seed, s)) for s in STREAMS[:4]
+        )
         self.seed, self.device, self.latent_dim = seed, device, latent_dim
         self.svi_steps = 0  # draws of (B, Z) per batch from `svi` (`start`)
         self.pending = list(preceding_sizes)
@@ -98,18 +103,18 @@ def evaluate_batch(model, batch: dict, metrics, n_iw: int, ais=None) -> None:
     tokens, lengths, index = batch["tokens"], batch["lengths"], batch.get("index")
     n_predicted = lengths - 1
     if model.encoder is None:
-        nll = -model.decoder.log_likelihood(tokens, lengths, None)[:, 0]  # exact
+        terms = elbo.elbo_terms(model.decoder, None, tokens, lengths)
+        nll = terms.rec  # exact, and the KL 0
         iw, iw_se = (nll, torch.zeros_like(nll)) if n_iw else (None, None)
         estimate = exact_decoder_nll(nll) if ais is not None else None
-        metrics.update(nll, torch.zeros_like(nll), n_predicted, iw_nll=iw, index=index, iw_se=iw_se, ais=estimate)
+        metrics.update(nll, terms.kl, n_predicted, iw_nll=iw, index=index, iw_se=iw_se, ais=estimate)
         return
     q, h = model.encoder.encode(tokens, lengths)
     noise = model._noise
     noise.skip_preceding(q.mean.dtype, n_iw)
     if getattr(model, "refine", None) is not None:  # SA-VAE: every metric at the refined posterior
         q = model.refine.evaluated(model, q, tokens, lengths, noise.svi)
-    rec = -model.decoder.log_likelihood(tokens, lengths, q.sample(1, noise.rec))[:, 0]
-    kl = q.kl()
+    terms = elbo.elbo_terms(model.decoder, q, tokens, lengths, generator=noise.rec)
     iw = iw_se = None
     if n_iw:
         ll = lambda z: model.decoder.log_likelihood(tokens, lengths, z)  # noqa: E731
@@ -121,7 +126,16 @@ def evaluate_batch(model, batch: dict, metrics, n_iw: int, ais=None) -> None:
         progress = getattr(model, "ais_progress", None)
         estimate = ais.estimate(model.decoder, tokens, lengths, q.mean.size(-1), noise.ais(index), progress)
     metrics.update(
-        rec, kl, n_predicted, features=h, iw_nll=iw, mi_generator=noise.mi, index=index, iw_se=iw_se, posterior=q, ais=estimate
+        terms.rec,
+        terms.kl,
+        n_predicted,
+        features=h,
+        iw_nll=iw,
+        mi_generator=noise.mi,
+        index=index,
+        iw_se=iw_se,
+        posterior=q,
+        ais=estimate,
     )
     if model._trainer is not None and model.trainer.testing:
         model.kl_penalty.test_batch(model, batch, q, h)  # a penalty's own estimates (DualKL: the reference's, SPEC §11.5)

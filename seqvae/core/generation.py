@@ -190,7 +190,9 @@ def check_predict_inputs(model, dm) -> None:
         if model.encoder is None:
             raise ConfigError("model.generation.mode: the language model has no latent space to interpolate in")
         if source is not None and len(source.texts) % 2:
-            raise ConfigError(f"model.generation.mode interpolate reads pairs of lines; the predict texts have {len(source.texts)}")
+            raise ConfigError(
+                f"model.generation.mode interpolate reads pairs of lines; the predict texts have {len(source.texts)}"
+            )
 
 
 class Predictor:

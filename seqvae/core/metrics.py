@@ -14,7 +14,10 @@ from collections.abc import Callable
 import torch
 from torchmetrics import Metric
 
-# re-exported: their home before gaussian.py
+from seqvae.core import dispersion
+
+# re-exported: their home before dispersion.py and gaussian.py
+from seqvae.core.dispersion import covariance_from_sums, effective_rank, explained_variance, pairwise_cosine_from_sum, spectrum  # noqa: F401
 from seqvae.core.gaussian import LOG_2PI, DiagonalGaussian, log_normal, log_standard_normal, sample_posterior  # noqa: F401
 
 MI_DATASET_SAMPLES = 10
@@ -177,57 +180,6 @@ def active_units(mu_sum: torch.Tensor, mu_sq_sum: torch.Tensor, n: int, threshol
     return (mean_variance(mu_sum, mu_sq_sum, n) >= threshold).sum()
 
 
-def pairwise_cosine_from_sum(unit_sum: torch.Tensor, n: int) -> torch.Tensor:
-    """Mean cos(h_i, h_j) over ordered pairs i ≠ j, exactly, from Σ_i h_i/‖h_i‖:
-    Σ_{i≠j} u_i·u_j = ‖Σ u_i‖² - N."""
-    return (unit_sum.pow(2).sum() - n) / (n * (n - 1))
-
-
-def covariance_from_sums(total: torch.Tensor, outer: torch.Tensor, n: int) -> torch.Tensor:
-    """Sample covariance (divisor N-1) from Σ_i x_i (D,) and Σ_i x_i x_iᵀ (D, D); these sums
-    add over chunks and over DDP processes, so no rows need to be kept."""
-    return (outer - torch.outer(total, total) / n) / (n - 1)
-
-
-def spectrum(cov: torch.Tensor) -> torch.Tensor:
-    """Eigenvalues of a covariance matrix (the variances along its principal components), largest
-    first, in float64; the tiny negative values of rounding are set to 0. All NaN when the
-    covariance is not finite (fewer than 2 points)."""
-    cov = cov.double()
-    if not bool(torch.isfinite(cov).all()):
-        return torch.full(cov.shape[:1], float("nan"), dtype=torch.float64, device=cov.device)
-    return torch.linalg.eigvalsh(cov).flip(0).clamp_min(0)
-
-
-def explained_variance(cov: torch.Tensor, k: int) -> torch.Tensor:
-    """EV_k = Σ_{i≤k} λ_i / Σ_i λ_i, the share of the total variance along the top-k principal
-    components (λ the covariance eigenvalues, largest first) as the IsoBN paper (Zhou et al.
-    2021, §5.3) measures isotropy: 1 when the points lie on a k-dim subspace, k/D when isotropic.
-    NaN when there is no variance at all."""
-    return _explained_variance(spectrum(cov), k)
-
-
-def effective_rank(cov: torch.Tensor) -> torch.Tensor:
-    """Effective rank of Roy & Vetterli (2007), "The effective rank: a measure of effective
-    dimensionality" (EUSIPCO): exp(H(p)) with p_i = λ_i / Σ_j λ_j the normalised covariance
-    eigenvalues and H the Shannon entropy in nats (0 log 0 = 0). It is 1 for a rank-1 covariance,
-    D for an isotropic one and lies in [1, rank]. NaN when there is no variance at all."""
-    return _effective_rank(spectrum(cov))
-
-
-def _explained_variance(lam: torch.Tensor, k: int) -> torch.Tensor:
-    total = lam.sum()
-    return lam[:k].sum() / total if total > 0 else torch.full((), float("nan"), dtype=lam.dtype, device=lam.device)
-
-
-def _effective_rank(lam: torch.Tensor) -> torch.Tensor:
-    total = lam.sum()
-    if not total > 0:
-        return torch.full((), float("nan"), dtype=lam.dtype, device=lam.device)
-    p = lam / total
-    return torch.exp(-torch.special.xlogy(p, p).sum())
-
-
 class EvalMetrics(Metric):
     """Every evaluation metric in one pass.
 
@@ -250,9 +202,15 @@ class EvalMetrics(Metric):
     PER_TEXT = ("index", "neg_elbo", "kl", "iw_nll", "iw_se", "tokens")
 
     def __init__(
-        self, latent_dim: int, feature_dim: int, mi_dataset: bool = True, seed: int = 0, ev_ks=(1, 3), per_text: bool = False,
+        self,
+        latent_dim: int,
+        feature_dim: int,
+        mi_dataset: bool = True,
+        seed: int = 0,
+        ev_ks=(1, 3),
+        per_text: bool = False,
         ais: bool = False,
-    ):  # fmt: skip
+    ):
         super().__init__()
         self.latent_dim, self.with_mi_dataset, self.seed, self.ev_ks = latent_dim, mi_dataset, seed, tuple(ev_ks)
         self.per_text, self.per_text_columns = per_text, self.PER_TEXT + ("ais_nll", "ais_se") * ais  # AIS: model.ais
@@ -274,9 +232,20 @@ class EvalMetrics(Metric):
                 self.add_state(f"text_{name}", [], dist_reduce_fx="cat")
 
     def update(
-        self, rec, kl, n_tokens, mu=None, logvar=None, features=None, iw_nll=None, mi_generator=None, index=None, iw_se=None,
-        posterior=None, ais: dict | None = None,
-    ) -> None:  # fmt: skip
+        self,
+        rec,
+        kl,
+        n_tokens,
+        mu=None,
+        logvar=None,
+        features=None,
+        iw_nll=None,
+        mi_generator=None,
+        index=None,
+        iw_se=None,
+        posterior=None,
+        ais: dict | None = None,
+    ) -> None:
         b = rec.numel()
         self.n += b
         self.tokens += n_tokens.sum()
@@ -352,12 +321,12 @@ class EvalMetrics(Metric):
         if self.latent_dim:
             out["mi"] = self.mi / n
             out["au"] = active_units(self.mu_sum, self.mu_sq_sum, int(n))
-            out["feature_cos"] = pairwise_cosine_from_sum(self.unit_sum, int(n))
+            out["feature_cos"] = dispersion.pairwise_cosine_from_sum(self.unit_sum, int(n))
             for name, total, outer in (("feature", self.feature_sum, self.feature_outer), ("mu", self.mu_sum, self.mu_outer)):
-                lam = spectrum(covariance_from_sums(total, outer, int(n)))  # one eigendecomposition
+                lam = dispersion.spectrum(dispersion.covariance_from_sums(total, outer, int(n)))  # one eigendecomposition
                 for k in self.ev_ks:
-                    out[f"{name}_ev{k}"] = _explained_variance(lam, k)
-                out[f"{name}_erank"] = _effective_rank(lam)
+                    out[f"{name}_ev{k}"] = dispersion.explained_variance_of(lam, k)
+                out[f"{name}_erank"] = dispersion.effective_rank_of(lam)
             if self.with_mi_dataset:
                 pool = self._q_like.from_rows(_cat(self.q_rows)).double()
                 gen = torch.Generator(device=pool.mean.device).manual_seed(self.seed)

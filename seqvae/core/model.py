@@ -2,8 +2,8 @@
 
 Read top to bottom: construction, the loss terms of one batch, the training step (manual
 optimisation with an encoder and a decoder optimiser, as aggressive training needs), the
-evaluation step feeding `EvalMetrics`, the model's own checkpoint state, and the Python API
-(thin methods: scoring in `scoring.py`, generation in `generation.py`). Exact resume (RNG states,
+evaluation step feeding `EvalMetrics` and the model's own checkpoint state; the Python API
+(scoring and decoding texts) is inherited from `python_api.PythonAPI`. Exact resume (RNG states,
 per-epoch reseeding) is the `ExactResume` callback the model brings along.
 """
 
@@ -23,13 +23,14 @@ from seqvae.core.aggressive import AggressiveTraining
 from seqvae.core.ais import AIS
 from seqvae.core.bn_bound import BNBoundCheck
 from seqvae.core.evaluation import EvalNoise, evaluate_batch, iw_chunk
-from seqvae.core.generation import Decoding, Generation, Predictor
+from seqvae.core.generation import Generation, Predictor
 from seqvae.core.isobn import IsoBN
 from seqvae.core.losses import KLPenalty, Regularizer, StandardKL
 from seqvae.core.metrics import EvalMetrics
 from seqvae.core.networks import Init, LSTMDecoder, Pooling, make_encoder, pretrained_encoder, vae_optimizers
 from seqvae.core.optimizers import Optimizer
 from seqvae.core.posteriors import Posterior
+from seqvae.core.python_api import PythonAPI
 from seqvae.core.refinement import SVIRefinement
 from seqvae.core.schedules import KLSchedule, LinearKLWarmup
 from seqvae.core.transformer import TransformerEncoder
@@ -40,7 +41,7 @@ from seqvae.training.callbacks import EvalMemory, ExactResume, FitClock
 from seqvae.training.host_reads import DeferredFiniteCheck, logging_now
 from seqvae.training.log_lines import EpochMean
 
-from . import generation, scoring
+from . import elbo
 
 __all__ = ["Generation", "NonFiniteError", "SeqVAE"]
 
@@ -97,7 +98,7 @@ def record_loss(module, loss: torch.Tensor, n: int, batch_idx: int) -> bool:
     return True
 
 
-class SeqVAE(pl.LightningModule):
+class SeqVAE(PythonAPI, pl.LightningModule):
     """LSTM encoder → q(z|x) (Gaussian by default) → LSTM decoder p(x|z), trained on rec + w·KL.
 
     Args:
@@ -126,7 +127,8 @@ class SeqVAE(pl.LightningModule):
             None: 2**26 on CPU, on a GPU a quarter of its free memory in elements (`core/chunking.py`).
         mi_dataset: Also compute MI with the whole evaluation set as the pool (Li et al.).
         eval_seed: Seed of the noise of every evaluation pass (z samples of rec, IW-NLL and MI).
-        init_encoder_from: A checkpoint whose encoder replaces this model's before training (pretraining); the decoder stays fresh.
+        init_encoder_from: A checkpoint whose encoder replaces this model's before training (pretraining);
+            the decoder stays fresh.
         aggressive: Aggressive encoder training (He et al. 2019); None for plain training.
         refine: SA-VAE: q(z|x) refined per batch by SVI steps (`refinement.py`: `SVIRefinement`); None: off.
         bn_gamma: BN-VAE (Zhu et al. 2020): batch-normalise the posterior means with this fixed
@@ -141,18 +143,40 @@ class SeqVAE(pl.LightningModule):
 
     def __init__(
         self,
-        vocab_size: int, embed_dim: int = 512, hidden_dim: int = 1024, latent_dim: int = 32, pooling: Pooling = "last",
-        dropout_in: float = 0.5, dropout_out: float = 0.5, word_dropout: float = 0.0, skip: bool = False,
-        kl_schedule: KLSchedule | None = None, kl_penalty: KLPenalty | None = None, regularizers: list[Regularizer] | None = None,
-        lr: float = 1.0, grad_clip: float = 5.0,
-        val_iw_samples: int = 0, test_iw_samples: int = 500, iw_max_elements: int | None = None,
-        mi_dataset: bool = True, eval_seed: int = 0, init_encoder_from: str | None = None,
-        aggressive: AggressiveTraining | None = None, bn_gamma: float | None = None, bn_eps: float = 1e-5,
-        init: Init = "reference", fused_output: bool = True, encoder_hidden_dim: int | None = None,
+        vocab_size: int,
+        embed_dim: int = 512,
+        hidden_dim: int = 1024,
+        latent_dim: int = 32,
+        pooling: Pooling = "last",
+        dropout_in: float = 0.5,
+        dropout_out: float = 0.5,
+        word_dropout: float = 0.0,
+        skip: bool = False,
+        kl_schedule: KLSchedule | None = None,
+        kl_penalty: KLPenalty | None = None,
+        regularizers: list[Regularizer] | None = None,
+        lr: float = 1.0,
+        grad_clip: float = 5.0,
+        val_iw_samples: int = 0,
+        test_iw_samples: int = 500,
+        iw_max_elements: int | None = None,
+        mi_dataset: bool = True,
+        eval_seed: int = 0,
+        init_encoder_from: str | None = None,
+        aggressive: AggressiveTraining | None = None,
+        bn_gamma: float | None = None,
+        bn_eps: float = 1e-5,
+        init: Init = "reference",
+        fused_output: bool = True,
+        encoder_hidden_dim: int | None = None,
         generation: Generation = Generation(),  # noqa: B008 (frozen: immutable default)
-        encoder: TransformerEncoder | None = None, feature_norm: IsoBN | None = None, posterior: Posterior | None = None,
-        ais: AIS | None = None, optimizer: Optimizer | None = None, refine: SVIRefinement | None = None,
-    ):  # fmt: skip
+        encoder: TransformerEncoder | None = None,
+        feature_norm: IsoBN | None = None,
+        posterior: Posterior | None = None,
+        ais: AIS | None = None,
+        optimizer: Optimizer | None = None,
+        refine: SVIRefinement | None = None,
+    ):
         super().__init__()
         self.save_hyperparameters(ignore=["generation"])
         self.generation = generation
@@ -165,14 +189,22 @@ class SeqVAE(pl.LightningModule):
         self.refine = refine and refine.check(self.hparams)
         for name, allowed in MODEL_OPTIONS.items():
             check_option(f"model.{name}", self.hparams[name], allowed)
-        strategies = {"kl_schedule": self.kl_schedule, "kl_penalty": self.kl_penalty, "aggressive": aggressive, "optimizer": optimizer}
-        strategies["refine"] = refine
+        strategies = {
+            "kl_schedule": self.kl_schedule,
+            "kl_penalty": self.kl_penalty,
+            "aggressive": aggressive,
+            "optimizer": optimizer,
+            "refine": refine,
+        }
         strategies.update({f"regularizers[{i}]": r for i, r in enumerate(self.regularizers)})
         for option, strategy in strategies.items():
             check_strategy(f"model.{option}", strategy)
         self.encoder, feature_dim = make_encoder(encoder, feature_norm, self.hparams, posterior, self.kl_penalty)
-        self.penalty_module = self.kl_penalty.build(latent_dim, feature_dim) if self.encoder is not None else None  # DualKL's critics
-        self.decoder = LSTMDecoder(vocab_size, embed_dim, hidden_dim, latent_dim, dropout_in, dropout_out, skip, init, fused_output)
+        # the KL penalty's own networks (DualKL's critics); the language model has no KL
+        self.penalty_module = self.kl_penalty.build(latent_dim, feature_dim) if self.encoder is not None else None
+        self.decoder = LSTMDecoder(
+            vocab_size, embed_dim, hidden_dim, latent_dim, dropout_in, dropout_out, skip, init, fused_output
+        )
         self.val_metrics = EvalMetrics(latent_dim, feature_dim, mi_dataset, seed=eval_seed)
         self.test_metrics = EvalMetrics(latent_dim, feature_dim, mi_dataset, eval_seed, per_text=True, ais=ais is not None)
         self.num_updates = 0  # training batches consumed (outer iterations); drives the KL schedule
@@ -199,16 +231,16 @@ class SeqVAE(pl.LightningModule):
         return inputs
 
     def loss_terms(self, batch: dict[str, torch.Tensor], kl_weight: float) -> dict[str, torch.Tensor]:
-        """Training loss (mean over sentences) and its parts, one z sample per sentence."""
+        """Training loss (mean over sentences) and its parts, one z sample per sentence (`elbo.py`)."""
         tokens, lengths = batch["tokens"], batch["lengths"]
         inputs = self.decoder_inputs(tokens)
-        if self.encoder is None:  # language model
-            rec = -self.decoder.log_likelihood(tokens, lengths, None, inputs, summed=True)[:, 0].mean()
-            return {"loss": rec, "rec": rec.detach()}
-        q, h = self.encoder.encode(tokens, lengths)
+        q, h = elbo.encode(self.encoder, tokens, lengths)
         q = q if self.refine is None else self.refine.refined(self, q, tokens, lengths, inputs, kl_weight)
-        rec = -self.decoder.log_likelihood(tokens, lengths, z := q.sample(1), inputs, summed=True)[:, 0]  # (B,), meaned below; z (B, 1, Z)
-        kl_dims = q.kl_terms()  # (B, Z), or (B, 1) for a posterior whose KL does not split over dimensions
+        z = None if q is None else q.sample(1)  # (B, 1, Z): the KL penalty gets it too
+        rec, kl_dims = elbo.elbo_terms(self.decoder, q, tokens, lengths, inputs, z, summed=True)  # (B,), (B, Z) or (B, 1)
+        if q is None:  # the language model: rec alone
+            loss = rec.mean()
+            return {"loss": loss, "rec": loss.detach()}
         loss = (rec + kl_weight * self.kl_penalty.term(kl_dims, z[:, 0], h, self.penalty_module)).mean()
         terms = {"rec": rec.mean().detach(), "kl": kl_dims.sum(-1).mean().detach()}
         extra = {reg.name: reg(h) for reg in self.regularizers} | self.encoder.posterior.training_terms(q, kl_weight)
@@ -357,41 +389,3 @@ class SeqVAE(pl.LightningModule):
     def run_flags(self) -> dict:
         """Keys for the run's metrics.json that qualify its numbers: BN-VAE's `bn_bound` (`bn_bound.py`)."""
         return {} if self.encoder is None or self.encoder.mean_norm is None else {"bn_bound": self.bn_bound}
-
-    # ---------------------------------------------------------------- Python API
-    def features(self, texts: list[str], batch_size: int = 64) -> torch.Tensor:
-        """Pooled encoder features h (N, H), the vectors `feature_cos` measures."""
-        return scoring.features(self, texts, batch_size)
-
-    def encode(self, texts: list[str], batch_size: int = 64) -> tuple[torch.Tensor, torch.Tensor]:
-        """Posterior parameters, mu first: (mu, logvar), each (N, Z), for the default Gaussian (`params()`)."""
-        return scoring.encode(self, texts, batch_size)
-
-    def elbo(self, texts: list[str], batch_size: int = 64) -> torch.Tensor:
-        """Negative ELBO per text in nats (one z sample), (N,)."""
-        return scoring.elbo(self, texts, batch_size)
-
-    def iw_nll(self, texts: list[str], n_samples: int = 500, batch_size: int = 16) -> torch.Tensor:
-        """Importance-weighted NLL per text in nats, (N,); exact NLL for the language model."""
-        return scoring.iw_nll(self, texts, n_samples, batch_size)
-
-    def reconstruct(self, texts: list[str], temperature: float | None = None, max_length: int | None = None,
-                    batch_size: int = 64, decoding: Decoding | None = None, beam_width: int | None = None,
-                    seed: int | None = None) -> list[str]:  # fmt: skip
-        """Decodes each text from its posterior mean, as `seqvae predict` does: `decoding` "greedy" (default),
-        "sample" (softmax(logits / temperature); the default when a temperature > 0 is given) or "beam"
-        (width `beam_width`, default 5; the default when a width is given), up to the batch's longest
-        input + 20 tokens. A setting the decoding would ignore is refused. `seed` fixes the sampling noise."""
-        return generation.reconstruct(self, texts, temperature, max_length, batch_size, decoding, beam_width, seed)
-
-    def interpolate(self, a: str, b: str, steps: int = 5, max_length: int | None = None,
-                    temperature: float | None = None, decoding: Decoding | None = None, beam_width: int | None = None,
-                    seed: int | None = None) -> list[str]:  # fmt: skip
-        """Decodes (as `reconstruct`; ≤ 100 tokens) `steps` points from a's posterior mean to b's, ends included."""
-        return generation.interpolate(self, a, b, steps, max_length, temperature, decoding, beam_width, seed)
-
-    def sample(self, n: int, temperature: float | None = None, max_length: int | None = None, decoding: Decoding | None = None,
-               beam_width: int | None = None, seed: int | None = None) -> list[str]:  # fmt: skip
-        """n texts decoded (as `reconstruct`; up to 100 tokens) from z ~ N(0, I), as
-        `seqvae predict --model.generation.mode sample`. `seed` fixes z and the word noise."""
-        return generation.sample(self, n, temperature, max_length, decoding, beam_width, seed)

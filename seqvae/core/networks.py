@@ -104,7 +104,9 @@ def make_encoder(encoder, feature_norm, h, posterior=None, kl_penalty=None) -> t
     posterior = posterior or GaussianPosterior()
     posterior.check_penalty(kl_penalty)
     if h.bn_gamma is not None and not posterior.bn_vae:
-        raise ConfigError(f"model.bn_gamma: BN-VAE's norm is not defined for model.posterior {type(posterior).__name__}; set it null")
+        raise ConfigError(
+            f"model.bn_gamma: BN-VAE's norm is not defined for model.posterior {type(posterior).__name__}; set it null"
+        )
     args = (h.latent_dim, h.pooling, h.bn_gamma, h.bn_eps, h.init, posterior)
     if encoder is not None:
         net = encoder.build(h.vocab_size, *args)

@@ -118,8 +118,14 @@ class PlanarFlowPosterior(Posterior):
     bn_vae = False  # its `mean` is f(mu), after the flow: use its own BatchNorm option (batch_norm)
     option_ranges = {"flows": NON_NEGATIVE}
 
-    def __init__(self, flows: int = 1, batch_norm: bool = False, mmd: MMDPenalty | None = None,
-                 centres: CentresPenalty | None = None, unweighted_log_det: bool = False):  # fmt: skip
+    def __init__(
+        self,
+        flows: int = 1,
+        batch_norm: bool = False,
+        mmd: MMDPenalty | None = None,
+        centres: CentresPenalty | None = None,
+        unweighted_log_det: bool = False,
+    ):
         self.flows, self.batch_norm, self.mmd, self.centres = flows, batch_norm, mmd, centres
         self.unweighted_log_det = unweighted_log_det
 

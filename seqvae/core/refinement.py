@@ -30,6 +30,7 @@ import contextlib
 
 import torch
 
+from seqvae.core import elbo
 from seqvae.core.gaussian import DiagonalGaussian
 from seqvae.core.strategies import strategy
 from seqvae.errors import ConfigError
@@ -66,9 +67,11 @@ class SVIRefinement:
     """
 
     option_ranges = {
-        "steps": NON_NEGATIVE, "lr": POSITIVE, "momentum": Range(lambda v: 0 <= v < 1, "in [0, 1)"),
+        "steps": NON_NEGATIVE,
+        "lr": POSITIVE,
+        "momentum": Range(lambda v: 0 <= v < 1, "in [0, 1)"),
         "clip": Range(POSITIVE.ok, "> 0 (.inf: no clipping)"),
-    }  # fmt: skip
+    }
 
     def __init__(self, steps: int = 10, lr: float = 1.0, momentum: float = 0.5, clip: float = 5.0):
         self.steps, self.lr, self.momentum, self.clip = steps, lr, momentum, clip
@@ -80,14 +83,18 @@ class SVIRefinement:
         reasons = {
             "model.latent_dim 0": "the language model has no posterior to refine" if hparams["latent_dim"] == 0 else None,
             "model.posterior": f"{type(posterior).__name__} is not the diagonal Gaussian the SVI steps update"
-            if posterior is not None and type(posterior).__name__ != "GaussianPosterior" else None,
+            if posterior is not None and type(posterior).__name__ != "GaussianPosterior"
+            else None,
             "model.aggressive": "aggressive training and SA-VAE are two different fixes of the encoder"
-            if aggressive is not None else None,
+            if aggressive is not None
+            else None,
             "model.bn_gamma": "BN-VAE's bound holds for the encoder's means, which the SVI steps then move away from"
-            if hparams["bn_gamma"] is not None else None,
+            if hparams["bn_gamma"] is not None
+            else None,
             "model.kl_penalty": f"{type(kl_penalty).__name__}: the SVI steps refine the ELBO with the true KL"
-            if kl_penalty is not None and type(kl_penalty).__name__ != "StandardKL" else None,
-        }  # fmt: skip
+            if kl_penalty is not None and type(kl_penalty).__name__ != "StandardKL"
+            else None,
+        }
         for option, reason in reasons.items():
             if reason:
                 raise ConfigError(f"{option} cannot be combined with model.refine (SA-VAE): {reason}")
@@ -96,8 +103,7 @@ class SVIRefinement:
     def objective(self, model, tokens, lengths, inputs, mu, logvar, eps, kl_weight) -> torch.Tensor:
         """f(λ) of one step: the batch's mean of CE(x, mu + σ⊙eps) + w·KL(mu, logvar)."""
         z = (mu + (0.5 * logvar).exp() * eps).unsqueeze(1)
-        rec = -model.decoder.log_likelihood(tokens, lengths, z, inputs)[:, 0]
-        return (rec + kl_weight * DiagonalGaussian(mu, logvar).kl()).mean()
+        return elbo.elbo_terms(model.decoder, DiagonalGaussian(mu, logvar), tokens, lengths, inputs, z).neg_elbo(kl_weight).mean()
 
     def path(self, model, q, tokens, lengths, inputs, kl_weight, generator=None, create_graph=False, record=None):
         """λ_0 = q's (mu, logvar) through `steps` SVI steps; returns q(λ_K). `create_graph`: λ_K

@@ -92,8 +92,7 @@ class CappedKLWarmup(KLSchedule):
         max_weight: The cap.
     """
 
-    option_ranges = {"start": PROBABILITY, "delay_epochs": NON_NEGATIVE, "warmup_epochs": NON_NEGATIVE,
-                     "max_weight": PROBABILITY}  # fmt: skip
+    option_ranges = {"start": PROBABILITY, "delay_epochs": NON_NEGATIVE, "warmup_epochs": NON_NEGATIVE, "max_weight": PROBABILITY}
 
     def __init__(self, start: float = 0.0, delay_epochs: float = 3.0, warmup_epochs: float = 20.0, max_weight: float = 0.8):
         self.start, self.delay_epochs, self.warmup_epochs, self.max_weight = start, delay_epochs, warmup_epochs, max_weight

@@ -11,6 +11,7 @@ import contextlib
 
 import torch
 
+from seqvae.core import elbo as elbo_module  # module access: the name tests/test_elbo.py patches
 from seqvae.core.metrics import iw_nll_from_weights, posterior_iw_log_weights
 from seqvae.text.corpus import collate, label_format
 
@@ -75,12 +76,8 @@ def encode(model, texts: list[str], batch_size: int = 64) -> tuple[torch.Tensor,
 
 def elbo(model, texts: list[str], batch_size: int = 64) -> torch.Tensor:
     def fn(b):
-        tokens, lengths = b["tokens"], b["lengths"]
-        if model.encoder is None:
-            return -model.decoder.log_likelihood(tokens, lengths, None)[:, 0]
-        q, _ = model.encoder.encode(tokens, lengths)
-        rec = -model.decoder.log_likelihood(tokens, lengths, q.sample(1))[:, 0]
-        return rec + q.kl()
+        q, _ = elbo_module.encode(model.encoder, b["tokens"], b["lengths"])
+        return elbo_module.elbo_terms(model.decoder, q, b["tokens"], b["lengths"]).neg_elbo()
 
     outs = per_batch(model, texts, batch_size, fn)
     return torch.cat(outs) if outs else torch.empty(0)
@@ -89,9 +86,9 @@ def elbo(model, texts: list[str], batch_size: int = 64) -> torch.Tensor:
 def iw_nll(model, texts: list[str], n_samples: int = 500, batch_size: int = 16) -> torch.Tensor:
     def fn(b):
         tokens, lengths = b["tokens"], b["lengths"]
-        if model.encoder is None:
-            return -model.decoder.log_likelihood(tokens, lengths, None)[:, 0]
-        q, _ = model.encoder.encode(tokens, lengths)
+        q, _ = elbo_module.encode(model.encoder, tokens, lengths)
+        if q is None:  # the language model: its NLL is exact
+            return elbo_module.elbo_terms(model.decoder, None, tokens, lengths).rec
         ll = lambda z: model.decoder.log_likelihood(tokens, lengths, z)  # noqa: E731
         return iw_nll_from_weights(posterior_iw_log_weights(ll, q, n_samples, model.iw_chunk(tokens)))
 

@@ -47,17 +47,29 @@ class TransformerEncoder:
     in a non-finite gradient on yahoo10k); Adam bounds each step by its lr (Optimus and BERT
     fine-tuning use Adam). The decoder keeps SGD at model.lr; the plateau rule scales both."""
 
-    option_ranges = {"d_model": AT_LEAST_ONE, "layers": AT_LEAST_ONE, "heads": AT_LEAST_ONE, "max_length": AT_LEAST_ONE,
-                     "ff_dim": Range(lambda v: v is None or v >= 1, ">= 1 (null: 4·d_model)"),
-                     "dropout": Range(lambda v: 0 <= v < 1, "in [0, 1)"),
-                     "optimizer": Range(lambda v: v in ("sgd", "adam"), "sgd or adam"),
-                     "lr": Range(lambda v: v is None or v > 0, "> 0 (null: model.lr)")}  # fmt: skip
+    option_ranges = {
+        "d_model": AT_LEAST_ONE,
+        "layers": AT_LEAST_ONE,
+        "heads": AT_LEAST_ONE,
+        "max_length": AT_LEAST_ONE,
+        "ff_dim": Range(lambda v: v is None or v >= 1, ">= 1 (null: 4·d_model)"),
+        "dropout": Range(lambda v: 0 <= v < 1, "in [0, 1)"),
+        "optimizer": Range(lambda v: v in ("sgd", "adam"), "sgd or adam"),
+        "lr": Range(lambda v: v is None or v > 0, "> 0 (null: model.lr)"),
+    }
     optimizer, lr = "sgd", None  # class defaults: settings pickled before these two options existed load as SGD
 
     def __init__(
-        self, d_model: int = 128, layers: int = 2, heads: int = 4, ff_dim: int | None = None, dropout: float = 0.1,
-        max_length: int = 512, optimizer: Literal["sgd", "adam"] = "sgd", lr: float | None = None,
-    ):  # fmt: skip
+        self,
+        d_model: int = 128,
+        layers: int = 2,
+        heads: int = 4,
+        ff_dim: int | None = None,
+        dropout: float = 0.1,
+        max_length: int = 512,
+        optimizer: Literal["sgd", "adam"] = "sgd",
+        lr: float | None = None,
+    ):
         self.d_model, self.layers, self.heads, self.ff_dim = d_model, layers, heads, ff_dim
         self.dropout, self.max_length, self.optimizer, self.lr = dropout, max_length, optimizer, lr
 
@@ -66,22 +78,37 @@ class TransformerEncoder:
         return torch.optim.Adam(params, lr=lr) if self.optimizer == "adam" else torch.optim.SGD(params, lr=lr)
 
     def build(
-        self, vocab_size: int, latent_dim: int, pooling: str, bn_gamma: float | None, bn_eps: float, init: Init,
+        self,
+        vocab_size: int,
+        latent_dim: int,
+        pooling: str,
+        bn_gamma: float | None,
+        bn_eps: float,
+        init: Init,
         posterior: Posterior | None = None,
-    ) -> TransformerNet:  # fmt: skip
+    ) -> TransformerNet:
         return TransformerNet(self, vocab_size, latent_dim, pooling, bn_gamma, bn_eps, init, posterior)
 
     def __repr__(self) -> str:
-        return (f"TransformerEncoder(d_model={self.d_model}, layers={self.layers}, heads={self.heads}, "
-                f"ff_dim={self.ff_dim}, dropout={self.dropout}, max_length={self.max_length}, "
-                f"optimizer={self.optimizer!r}, lr={self.lr})")  # fmt: skip
+        return (
+            f"TransformerEncoder(d_model={self.d_model}, layers={self.layers}, heads={self.heads}, "
+            f"ff_dim={self.ff_dim}, dropout={self.dropout}, max_length={self.max_length}, "
+            f"optimizer={self.optimizer!r}, lr={self.lr})"
+        )
 
 
 class TransformerNet(PosteriorEncoder):
     def __init__(
-        self, s: TransformerEncoder, vocab_size: int, latent_dim: int, pooling: str, bn_gamma: float | None,
-        bn_eps: float, init: Init, posterior: Posterior | None = None,
-    ):  # fmt: skip
+        self,
+        s: TransformerEncoder,
+        vocab_size: int,
+        latent_dim: int,
+        pooling: str,
+        bn_gamma: float | None,
+        bn_eps: float,
+        init: Init,
+        posterior: Posterior | None = None,
+    ):
         super().__init__()
         self.posterior = posterior or GaussianPosterior()
         check_strategy("model.encoder", s)

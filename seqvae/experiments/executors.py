@@ -130,7 +130,9 @@ def _job_env() -> tuple[str | None, int]:
         return None, 0
 
 
-def _fit_signals(dies_with_job):  # before exec: the job handles preemption; SIGINT stops the fit even if the sweep ignores it (`… &`)
+def _fit_signals(
+    dies_with_job,
+):  # before exec: the job handles preemption; SIGINT stops the fit even if the sweep ignores it (`… &`)
     signal.signal(submitit.JobEnvironment._usr_sig(), signal.SIG_IGN)
     signal.signal(signal.SIGINT, signal.SIG_DFL)  # inherited SIG_IGN: no KeyboardInterrupt, killed after REQUEUE_STOP_SECONDS
     dies_with_job()  # a job killed outright (scancel --signal KILL, kill -9) stops its fit: no orphan writing the run

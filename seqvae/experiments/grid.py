@@ -256,10 +256,13 @@ def _expand(root: str, export: str | None, seeds: list[int], variants: list[dict
             for key, value in v["overrides"].items():
                 args += [f"--{key}", cli_value(interpolate(value, variables, v["where"][key]))]
             args += [
-                "--trainer.logger.init_args.save_dir", root,
-                "--trainer.logger.init_args.name", v["name"],
-                "--trainer.logger.init_args.version", f"seed{seed}",
-            ]  # fmt: skip
+                "--trainer.logger.init_args.save_dir",
+                root,
+                "--trainer.logger.init_args.name",
+                v["name"],
+                "--trainer.logger.init_args.version",
+                f"seed{seed}",
+            ]
             needs = [Path(root) / n / f"seed{seed}" for n in v["needs"]]
             run_dir = Path(root) / v["name"] / f"seed{seed}"
             export_dir = Path(export) / v["name"] / f"seed{seed}" if export else None

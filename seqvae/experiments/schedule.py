@@ -195,7 +195,8 @@ class GridRun:
                 say(f"{cell.tag}: {tail[-1]}")
             else:
                 where = checkpoint_position(cell.last_ckpt, max_epochs(cell.run_dir)) if cell.last_ckpt.is_file() else None
-                say(f"{cell.tag}: stopped after {clock(took)}, {f'resumable from {where}' if where else 'before its first checkpoint'}")
+                resumable = f"resumable from {where}" if where else "before its first checkpoint"
+                say(f"{cell.tag}: stopped after {clock(took)}, {resumable}")
         elif code == 0 and cell.state() == "finished":
             if whole:  # not a job followed from its middle
                 self.durations.append(took)
@@ -216,7 +217,9 @@ class GridRun:
         warnings = run_warnings(cell.run_dir)
         if warnings:
             self.warned.append(f"{cell.name} ({len(warnings)})")
-            say(f"{cell.tag}: {len(warnings)} warning{'s' if len(warnings) > 1 else ''} (in {cell.run_dir / LOG_FILE}):", warnings)
+            say(
+                f"{cell.tag}: {len(warnings)} warning{'s' if len(warnings) > 1 else ''} (in {cell.run_dir / LOG_FILE}):", warnings
+            )
 
     def summary(self) -> list[Cell]:
         """The last lines (the counts; the cells not finished); returns those cells."""

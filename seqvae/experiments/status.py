@@ -11,6 +11,7 @@ import signal
 from seqvae.experiments.cells import checkpoint_summary, max_epochs, read_job, read_json, read_run
 from seqvae.experiments.executors import job_state
 from seqvae.experiments.grid import Cell
+from seqvae.metric_spec import headline
 from seqvae.store.files import METRICS
 
 
@@ -50,8 +51,8 @@ def _finished(cell: Cell, row: dict, metrics: dict) -> dict:
     config = cell.run_dir if (cell.run_dir / METRICS).is_file() else cell.export_dir
     of = max_epochs(config)
     row.update(state="done" if config == cell.run_dir else "done (exported)", epoch=f"{metrics.get('epochs', '?')}/{of or '?'}")
-    key = next((k for k in ("test/iw_nll", "test/nll", "test/loss") if isinstance(metrics.get(k), (int, float))), None)
-    row["metric"] = f"{key} {metrics[key]:.3f}" if key else ""
+    shown = headline(metrics)
+    row["metric"] = f"{shown[0]} {shown[1]:.3f}" if shown else ""
     return row
 
 

@@ -158,8 +158,11 @@ def check_no_live_fits(cells: list[Cell], executor: str) -> None:
 
 def unchecked_cells(cells: list[Cell]) -> list[Cell]:
     """Finished or interrupted cells whose sweep.run has no config digests (run by an older sweep)."""
-    return [c for c in cells if c.state() in ("finished", "interrupted") and c.recorded_args() is not None
-            and recorded_configs(c.run_dir) is None]  # fmt: skip
+    return [
+        c
+        for c in cells
+        if c.state() in ("finished", "interrupted") and c.recorded_args() is not None and recorded_configs(c.run_dir) is None
+    ]
 
 
 def args_difference(ran: list[str], now: list[str]) -> str:
@@ -178,7 +181,7 @@ SPLIT_LINES = re.compile(r"#\d+-\d+$")  # FILE#FIRST-LAST
 
 
 def missing_data_files(args: list[str]) -> list[str]:
-    """"data.train: no such file F" for each split whose file, as the cell's `--config` files and
+    """ "data.train: no such file F" for each split whose file, as the cell's `--config` files and
     flags set it (the last one wins), does not exist: what its fit would stop on. Reads no data."""
     values: dict[str, object] = {}
     for flag, value in zip(args[0::2], args[1::2]):
@@ -277,8 +280,10 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         old = unchecked_cells(cells)
         if old:
-            say(f"note: {', '.join(c.name for c in old)} ran before the sweep kept its config files' digests: their contents "
-                "are not checked (a resumed cell's are from its resume on)")
+            say(
+                f"note: {', '.join(c.name for c in old)} ran before the sweep kept its config files' digests: their contents "
+                "are not checked (a resumed cell's are from its resume on)"
+            )
     if args.dry_run:
         return dry_run(cells)
     if args.compare:
@@ -302,7 +307,8 @@ def run(cells: list[Cell], args: argparse.Namespace, overrides: dict) -> int:
         left = [c.name for c in cells if c.state() not in ("finished", "exported")]
         if left:  # the cells' own lines said which stopped and which finished meanwhile
             jobs = "; submitted jobs go on" if args.executor == "slurm" else ""
-            say(f"interrupted: {len(left)} of {len(cells)} cells not finished ({', '.join(left)}){jobs}; rerun the same command to resume")
+            unfinished = f"{len(left)} of {len(cells)} cells not finished ({', '.join(left)})"
+            say(f"interrupted: {unfinished}{jobs}; rerun the same command to resume")
             return 130
         say("interrupted after every cell had finished")
         failed = []

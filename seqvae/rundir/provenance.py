@@ -23,8 +23,13 @@ from pathlib import Path
 
 GIT_TIMEOUT_S = 5.0
 # distribution name -> the key it is recorded under
-PACKAGES = {"torch": "torch", "pytorch-lightning": "pytorch_lightning", "torchmetrics": "torchmetrics",
-            "tokenizers": "tokenizers", "numpy": "numpy"}  # fmt: skip
+PACKAGES = {
+    "torch": "torch",
+    "pytorch-lightning": "pytorch_lightning",
+    "torchmetrics": "torchmetrics",
+    "tokenizers": "tokenizers",
+    "numpy": "numpy",
+}
 
 
 def _git(directory: Path, *args: str) -> str | None:

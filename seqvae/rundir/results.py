@@ -42,8 +42,11 @@ def write_test_results(trainer, model, datamodule, seed_everything, command_line
     metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith(TEST)}
     unknown = undeclared(metrics)  # kept all the same: a computed number is never dropped
     if unknown:
-        print(f"seqvae: warning: {', '.join(unknown)} not declared in seqvae/metric_spec.py: in {METRICS}, but compare, "
-              "its plots and TensorBoard's HPARAMS do not show them", file=sys.stderr)  # fmt: skip
+        print(
+            f"seqvae: warning: {', '.join(unknown)} not declared in seqvae/metric_spec.py: in {METRICS}, but compare, "
+            "its plots and TensorBoard's HPARAMS do not show them",
+            file=sys.stderr,
+        )
     metrics.update({"best_updates": m.num_updates, "iw_samples": m.hparams.test_iw_samples, **extra})
     metrics["data"] = datamodule.summary()
     metrics["test_texts_sha256"] = metrics["data"]["test"]["sha256"]

@@ -265,6 +265,7 @@ class TextDataModule(pl.LightningDataModule):
         return self.corpora.get("test")
 
     prior_only = False  # `predict` in mode sample (set by the CLI): decodes from the prior, reads no text
+
     def predict_dataloader(self) -> DataLoader:
         if self.prior_only:  # one placeholder batch: the predict loop needs one step to run
             data = [torch.tensor([BOS_ID, EOS_ID])]

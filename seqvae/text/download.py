@@ -62,21 +62,29 @@ CORPORA = {
     # mirrors serve one release. Nobody publishes the Drive archive's own checksum: its splits are checked.
     "yahoo": Corpus(
         "yahoo.{}.txt",
-        {"train": "md5:3fb31bad56bae7c65fa084f702398c3b", "valid": "md5:2680dd89b4fe882359846b5accfb7647",
-         "test": "md5:3e6dcb643282e3543303980f1e21bb9d"},
-        (Mirror(DRIVE + "13azGlTuGdzWLCmgDmQPmvb_jcexVWX7i"),
-         Mirror(PADDLE_YAHOO, archive="md5:68b88fd3f2cc9918a78047d99bcc6532")),
-    ),  # fmt: skip
+        {
+            "train": "md5:3fb31bad56bae7c65fa084f702398c3b",
+            "valid": "md5:2680dd89b4fe882359846b5accfb7647",
+            "test": "md5:3e6dcb643282e3543303980f1e21bb9d",
+        },
+        (
+            Mirror(DRIVE + "13azGlTuGdzWLCmgDmQPmvb_jcexVWX7i"),
+            Mirror(PADDLE_YAHOO, archive="md5:68b88fd3f2cc9918a78047d99bcc6532"),
+        ),
+    ),
     # No checksum of the Yelp split is published and no second copy of it is known (its source, the Yelp 2015
     # dump, was sampled; a new sample would differ): the sha256 of the files fetched is printed, to be pinned here.
     "yelp": Corpus("yelp.{}.txt", None, (Mirror(DRIVE + "1FT49oLNV8syhmGXEgiK6XTjEfMNqqEJJ"),)),
     # The md5s torchtext pins for these files.
     "ptb": Corpus(
         "ptb.{}.txt",
-        {"train": "md5:f26c4b92c5fdc7b3f8c7cdcb991d8420", "valid": "md5:aa0affc06ff7c36e977d7cd49e3839bf",
-         "test": "md5:8b80168b89c18661a38ef683c0dc3721"},
+        {
+            "train": "md5:f26c4b92c5fdc7b3f8c7cdcb991d8420",
+            "valid": "md5:aa0affc06ff7c36e977d7cd49e3839bf",
+            "test": "md5:8b80168b89c18661a38ef683c0dc3721",
+        },
         (Mirror(PTB),),
-    ),  # fmt: skip
+    ),
 }
 
 

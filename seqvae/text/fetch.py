@@ -155,8 +155,9 @@ def fetch(url: str, path: Path) -> None:
     import requests
 
     pooch.get_logger().setLevel("WARNING")  # its "Downloading file …" lines: we print our own
-    registry = pooch.create(path=path.parent, base_url="", registry={path.name: None}, urls={path.name: url},
-                            retry_if_failed=RETRIES)  # fmt: skip
+    registry = pooch.create(
+        path=path.parent, base_url="", registry={path.name: None}, urls={path.name: url}, retry_if_failed=RETRIES
+    )
     try:
         # ftp:// and the like: pooch's own downloader for the scheme
         registry.fetch(path.name, downloader=_Downloader() if url.startswith(("http:", "https:")) else None)

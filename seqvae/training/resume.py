@@ -25,19 +25,41 @@ from seqvae.text.corpus import Vocabulary
 
 # Dotted keys, or sections (a key and everything under it), that a resume may change.
 MAY_CHANGE = (
-    "ckpt_path", "weights_only",
+    "ckpt_path",
+    "weights_only",
     # when to stop
-    "trainer.max_epochs", "trainer.max_steps", "trainer.max_time", "trainer.min_epochs", "trainer.min_steps",
+    "trainer.max_epochs",
+    "trainer.max_steps",
+    "trainer.max_time",
+    "trainer.min_epochs",
+    "trainer.min_steps",
     # logging, progress and where the run is written
-    "trainer.logger", "trainer.log_every_n_steps", "trainer.enable_progress_bar", "trainer.enable_model_summary",
-    "trainer.default_root_dir", "trainer.num_sanity_val_steps", "trainer.limit_test_batches",
-    "trainer.limit_predict_batches", "periodic_checkpoint", "text_samples", "latent_dimensions",
+    "trainer.logger",
+    "trainer.log_every_n_steps",
+    "trainer.enable_progress_bar",
+    "trainer.enable_model_summary",
+    "trainer.default_root_dir",
+    "trainer.num_sanity_val_steps",
+    "trainer.limit_test_batches",
+    "trainer.limit_predict_batches",
+    "periodic_checkpoint",
+    "text_samples",
+    "latent_dimensions",
     # evaluation only (the same keys keep the command's value when a checkpoint is scored: retest.EVAL_KEYS)
-    "model.val_iw_samples", "model.test_iw_samples", "model.iw_max_elements", "model.mi_dataset", "model.eval_seed",
-    "model.generation", "data.test", "data.test_lines", "data.predict", "data.eval_batch_size", "data.num_workers",
+    "model.val_iw_samples",
+    "model.test_iw_samples",
+    "model.iw_max_elements",
+    "model.mi_dataset",
+    "model.eval_seed",
+    "model.generation",
+    "data.test",
+    "data.test_lines",
+    "data.predict",
+    "data.eval_batch_size",
+    "data.num_workers",
     # the vocabulary is compared word by word (same_vocabulary)
     "data.vocab",
-)  # fmt: skip
+)
 
 
 SHOWN = 8  # refused keys named in the line (a resume without the run's --config files differs in dozens)

@@ -84,4 +84,6 @@ def record_checkpoint_settings(cfg, set_by_user: Callable[[str], bool], given_mo
         if key != "generation" and given != used and set_by_user(f"model.{key}"):
             decided.append(f"model.{key} ({_shown(given)} given, {_shown(used)} used)")
     if decided:
-        print(f"seqvae: the checkpoint decides {', '.join(decided)}: config.yaml records the checkpoint's values", file=sys.stderr)
+        print(
+            f"seqvae: the checkpoint decides {', '.join(decided)}: config.yaml records the checkpoint's values", file=sys.stderr
+        )
