@@ -13,7 +13,7 @@ from typing import Literal
 
 import torch
 
-from seqvae.core.scoring import inference, text_batches
+from seqvae.core.scoring import inference, posterior, text_batches
 from seqvae.errors import ConfigError
 from seqvae.options import AT_LEAST_ONE, Range, check_option
 from seqvae.text.corpus import BOS_ID, EOS_ID
@@ -219,7 +219,7 @@ class Predictor:
             if batch_idx or dataloader_idx:
                 return []
             return decode_prior(model, g.n, g.max_length or PRIOR_MAX_LENGTH, g.decoding, g.temperature, g.beam_width, gen)
-        z = model.encoder.encode(tokens, lengths)[0].mean if model.encoder is not None else None
+        z = posterior(model, tokens, lengths, gen).mean if model.encoder is not None else None
         if g.mode == "interpolate":
             if self.pending_mu is not None:
                 z, self.pending_mu = torch.cat([self.pending_mu, z]), None
@@ -248,7 +248,7 @@ def reconstruct(model, texts, temperature=None, max_length=None, batch_size=64, 
     gen, out = _generator(model, seed), []
     with inference(model):
         for b in text_batches(model, list(texts), batch_size):
-            z = model.encoder.encode(b["tokens"], b["lengths"])[0].mean if model.encoder is not None else None
+            z = posterior(model, b["tokens"], b["lengths"], gen).mean if model.encoder is not None else None
             length = max_length or default_max_length(b["lengths"])
             out += decode(model, z, b["tokens"].size(0), length, decoding, temperature, beam_width, gen)
     return out

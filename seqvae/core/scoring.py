@@ -58,6 +58,17 @@ def per_batch(model, texts, batch_size: int, fn) -> list:
         return [fn(b) for b in text_batches(model, list(texts), batch_size)]
 
 
+def posterior(model, tokens: torch.Tensor, lengths: torch.Tensor, generator: torch.Generator | None = None):
+    """q(z|x) as `seqvae test` scores a text: the encoder's, then SA-VAE's SVI steps where the model
+    has them (`model.refine`, at KL weight 1; their noise from `generator`, else the global random
+    stream: the API has no evaluation seed), so that the API's posteriors, −ELBO, IW-NLL and
+    reconstructions are those of the model that was tested. None for the language model."""
+    q, _ = elbo_module.encode(model.encoder, tokens, lengths)
+    if q is not None and getattr(model, "refine", None) is not None:
+        q = model.refine.evaluated(model, q, tokens, lengths, generator)
+    return q
+
+
 def features(model, texts: list[str], batch_size: int = 64) -> torch.Tensor:
     if model.encoder is None:
         raise RuntimeError("the language model has no encoder")
@@ -66,8 +77,11 @@ def features(model, texts: list[str], batch_size: int = 64) -> torch.Tensor:
 
 
 def encode(model, texts: list[str], batch_size: int = 64) -> tuple[torch.Tensor, torch.Tensor]:
-    """The posteriors' parameters (`params()`: mu, logvar for the default Gaussian), mu first."""
-    outs = per_batch(model, texts, batch_size, lambda b: model.encoder.encode(b["tokens"], b["lengths"])[0].params())
+    """The posteriors' parameters (`params()`: mu, logvar for the default Gaussian), mu first; an
+    SA-VAE's after its SVI steps (`posterior`)."""
+    if model.encoder is None:
+        raise RuntimeError("the language model has no encoder")
+    outs = per_batch(model, texts, batch_size, lambda b: posterior(model, b["tokens"], b["lengths"]).params())
     z = model.hparams.latent_dim
     if not outs:
         return torch.empty(0, z), torch.empty(0, z)
@@ -76,7 +90,7 @@ def encode(model, texts: list[str], batch_size: int = 64) -> tuple[torch.Tensor,
 
 def elbo(model, texts: list[str], batch_size: int = 64) -> torch.Tensor:
     def fn(b):
-        q, _ = elbo_module.encode(model.encoder, b["tokens"], b["lengths"])
+        q = posterior(model, b["tokens"], b["lengths"])
         return elbo_module.elbo_terms(model.decoder, q, b["tokens"], b["lengths"]).neg_elbo()
 
     outs = per_batch(model, texts, batch_size, fn)
@@ -86,7 +100,7 @@ def elbo(model, texts: list[str], batch_size: int = 64) -> torch.Tensor:
 def iw_nll(model, texts: list[str], n_samples: int = 500, batch_size: int = 16) -> torch.Tensor:
     def fn(b):
         tokens, lengths = b["tokens"], b["lengths"]
-        q, _ = elbo_module.encode(model.encoder, tokens, lengths)
+        q = posterior(model, tokens, lengths)
         if q is None:  # the language model: its NLL is exact
             return elbo_module.elbo_terms(model.decoder, None, tokens, lengths).rec
         ll = lambda z: model.decoder.log_likelihood(tokens, lengths, z)  # noqa: E731
