@@ -121,13 +121,16 @@ def timed_fit(model, batches: list[dict], warm: int, device: torch.device, bf16:
             "s_per_step": wall / clock.timed, "cpu_s_per_step": cpu / clock.timed}  # fmt: skip
 
 
-def timed_test(model, batches: list[dict], warm: int, device: torch.device, n_samples: int, bf16: bool = False, tf32: bool = True) -> dict:
+def timed_test(
+    model, batches: list[dict], warm: int, device: torch.device, n_samples: int, bf16: bool = False, tf32: bool = True
+) -> dict:
     """IW-NLL with K = `n_samples` of the texts of `batches[warm:]` through `Trainer.test`, after
     `warm` batches of one decoder call each."""
     clock, samples = BatchClock(warm, len(batches) - 1, device), WarmUpDecoderCall(warm, n_samples)
     kept = model.hparams.test_iw_samples
     try:
-        make_trainer(device, bf16, tf32, [samples, clock], limit_test_batches=len(batches)).test(model, dataloaders=loader(batches, indexed=True), verbose=False)
+        test = make_trainer(device, bf16, tf32, [samples, clock], limit_test_batches=len(batches))
+        test.test(model, dataloaders=loader(batches, indexed=True), verbose=False)
     finally:
         model.hparams.test_iw_samples = kept
     wall, cpu = clock.seconds()
