@@ -1,6 +1,6 @@
 """Throughput benchmark of SeqVAE: GEMM peak, training tokens/s, IW-NLL documents/s, peak memory.
 
-    python -m benchmarks.bench [--quick] [--threads N] [--device cpu|cuda] [--bf16] [--json PATH]
+    python -m benchmarks.bench [--quick] [--threads N] [--device cpu|cuda] [--bf16] [--configs small,paper] [--json PATH]
     python -m benchmarks.bench --profile [--threads N]   # torch.profiler op tables of the small config
     python -m benchmarks.bench --allocator [--steps 10] [--docs 4] [--iw-samples 100]   # glibc default vs seqvae's
 
@@ -11,11 +11,29 @@ wall, user and system CPU seconds and minor page faults (getrusage). System time
 what the setting removes; other processes inflate wall time, not this process's CPU times. The last
 training loss and the IW-NLL sum are printed under both settings: they must be equal to the bit.
 
-It measures what `seqvae` runs: the glibc allocator setting of the `seqvae` command
-(`allocator.reuse_freed_memory`), and the model's own `loss_terms` / `decoder.log_likelihood`, once
-with the fused output layer + cross-entropy (`fused_output=True`, the default) and once with the
-plain logits path (`fused_output=False`), side by side. Every measurement (config × path × part)
-runs in a child process of its own, so its peak RSS (`ru_maxrss`) is that measurement's alone.
+It measures what `seqvae` runs, with the glibc allocator setting of the `seqvae` command
+(`allocator.reuse_freed_memory`). The parts, per config:
+- `train`: the model's `loss_terms` + backward + clip + SGD in a plain loop (no Lightning);
+- `fit`: the real training step through `Trainer.fit` (`trainer_path.py`: the model's own
+  `training_step` with its host reads, finite check and logging, `MatmulPrecision`, Lightning's
+  batch copy), so the Trainer's cost is `fit` − `train` on the same batches;
+- `iw`: `metrics.iw_nll` called directly on one text (`--quick`) or a few at once, in decoder calls
+  of `iw_chunk` samples of those texts (at B = 1 many more per call than `seqvae test` makes);
+- `test`: IW-NLL as `seqvae test` computes it: `Trainer.test` and the model's `test_step` on
+  batches of 32 texts (`data.eval_batch_size`), K = `--iw-samples` in decoder calls of
+  `model.iw_chunk` samples of the 32-text batch (on the CPU at the paper size not measured:
+  ~32 × the `iw` figure per batch);
+- `aggressive`: the three updates of aggressive training.
+`train`, `iw` and `aggressive` run once with the fused output layer + cross-entropy
+(`fused_output=True`, the default) and once with the plain logits path (`fused_output=False`);
+`fit` and `test` with the default. Every measurement (config × path × part) runs in a child process
+of its own, so its peak RSS (`ru_maxrss`) is that measurement's alone.
+
+Every figure has wall and CPU seconds (`time.process_time` of the measuring process) and the
+1-minute load average around it: on a machine shared with other work the wall time grows with
+the load, the CPU time much less, so compare CPU times there. The TF32 state (on CUDA: matmul
+precision, `allow_tf32` of matmuls and cuDNN as the measurement left them; the GEMM peak's in the
+header) is printed and kept in the JSON; "n/a (cpu)" on the CPU.
 
 Analytic FLOPs (multiply-add = 2 FLOPs; GEMMs only: embedding lookups, gate nonlinearities,
 softmax/cross-entropy, the posterior layer and z -> c0 are not counted). For a bucket batch of
@@ -31,8 +49,10 @@ the square 2048³ and 4096³ GEMMs and each config's own output-layer and LSTM-s
 (`gemm_peak.py`; the square 2048³ alone was exceeded, issue 37). The shape that set it is printed
 and kept in the JSON; a rate above it is printed as such, with no fraction (`fraction_of_peak`
 null, `above_peak_by` in the JSON).
-Warm-up iterations are excluded from every timing; on cuda every timing is bracketed by syncs.
-Other processes on the machine lower every figure: read them as lower bounds.
+Warm-up iterations are excluded from every timing, and have the timed shapes: the warm-up steps
+are the first timed batches again, the IW warm-up one decoder call of the timed size. On cuda
+every timing is bracketed by syncs (`fit`/`test`: at its two ends only, as the real loop runs).
+Other processes on the machine lower every wall figure: read them as lower bounds.
 """
 
 from __future__ import annotations
