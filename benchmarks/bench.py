@@ -444,7 +444,7 @@ def main():
         gflops = flops / seconds / 1e9
         against, text = rate_against_peak(gflops, peak)  # no fraction above 100%: a rate above the peak says so
         cuda = f", cuda {mem['cuda_max_allocated_mib']:.0f} MiB" if "cuda_max_allocated_mib" in mem else ""
-        print(f"  {label:<30}{count / seconds:9.{0 if unit == 'tokens' else 3}f} {unit}/s {seconds / n:7.3f} s/{per} wall "
+        print(f"  {label:<34}{count / seconds:9.{0 if unit == 'tokens' else 3}f} {unit}/s {seconds / n:7.3f} s/{per} wall "
               f"{cpu / n:7.3f} CPU s/{per} {gflops:6.1f} GFLOP/s = {text} | load {load[0]:.1f}->{load[1]:.1f} | "
               f"peak RSS {mem['max_rss_mib']:5.0f} MiB{cuda}{note}")  # fmt: skip
         return {f"{unit}_per_s": count / seconds, f"s_per_{per}": seconds / n, f"cpu_s_per_{per}": cpu / n, "gflops": gflops,
