@@ -86,7 +86,8 @@ CONFIGS = {"small": dict(embed_dim=64, hidden_dim=128, latent_dim=32, vocab_size
            "paper": dict(embed_dim=512, hidden_dim=1024, latent_dim=32, vocab_size=20000)}  # fmt: skip
 QUICK = {"paper": (1, 2, 1), "small": (1, 5, 1)}  # warm-up steps, timed steps, IW documents
 FULL = {"paper": (2, 10, 2), "small": (3, 40, 8)}
-TEST_BATCHES = {True: 1, False: 2}  # --quick: timed batches of `seqvae test`'s size (+1 warm-up batch)
+TEST_BATCHES = {True: 1, False: 2}  # --quick or not: timed batches of `seqvae test`'s size (+1 warm-up batch)
+CUDA_STEPS = {True: (5, 30), False: (10, 100)}  # --quick or not: warm-up and timed steps on a GPU
 REPO = Path(__file__).resolve().parents[1]
 YAHOO = REPO.parent / "shared/data/yahoo/valid.txt"
 BATCH = 32  # sentences per batch: `data.batch_size` and `data.eval_batch_size` of every config
@@ -103,6 +104,16 @@ def memory(device) -> dict:
         out["cuda_max_allocated_mib"] = torch.cuda.max_memory_allocated() / 2**20
         torch.cuda.reset_peak_memory_stats()
     return out
+
+
+def sizes(name: str, quick: bool, device_type: str) -> tuple[int, int, int, int]:
+    """Warm-up steps, timed steps, texts of `iw`, timed batches of `test`. On a GPU a paper-size
+    step takes milliseconds and 2 timed steps would mostly time the launch queue filling: more
+    steps and test batches there."""
+    warm, steps, n_docs = (QUICK if quick else FULL)[name]
+    if device_type == "cuda":
+        return *CUDA_STEPS[quick], n_docs, 4 * TEST_BATCHES[quick]
+    return warm, steps, n_docs, TEST_BATCHES[quick]
 
 
 def tf32_state(device) -> dict | str:
@@ -262,7 +273,7 @@ def measure(spec: dict) -> dict:
     if device.type == "cuda":  # as `seqvae fit/test` on CUDA (seqvae/training/precision.py); CPU untouched
         set_tf32(tf32)
     cfg = CONFIGS[name]
-    warm, steps, n_docs = (QUICK if spec["quick"] else FULL)[name]
+    warm, steps, n_docs, n_test = sizes(name, spec["quick"], device.type)
     batches, source = yahoo_batches(Path(spec["data"]), cfg["vocab_size"], steps)
     on_device = [{k: v.to(device) for k, v in b.items()} for b in batches[:warm] + batches]
     torch.manual_seed(0)
@@ -276,7 +287,7 @@ def measure(spec: dict) -> dict:
     elif spec["part"] == "aggressive":
         out.update(aggressive_bench(model, on_device, warm, device, bf16))
     elif spec["part"] == "test":  # IW-NLL as `seqvae test` computes it, on batches of its size
-        tested = batches[: TEST_BATCHES[spec["quick"]]]
+        tested = batches[:n_test]
         r = out["test"] = timed_test(model, tested[:1] + tested, 1, device, spec["iw_samples"], bf16, tf32)
         out["seconds"], out["cpu_s"], out["lengths"] = r["wall_s"], r["cpu_s"], [b["tokens"].size(1) for b in tested]
     else:  # iw: `iw_nll` called directly on n_docs texts
@@ -426,7 +437,7 @@ def main():
     # in a child too: its freed GEMM operands would stay in this process's heap (reuse_freed_memory)
     # and every later child's ru_maxrss starts from the RSS it was forked at.
     configs = {name: CONFIGS[name] for name in args.configs.split(",")}
-    shapes = peak_shapes(configs, BATCH, {name: (QUICK if args.quick else FULL)[name][2] for name in configs}, device)
+    shapes = peak_shapes(configs, BATCH, {name: sizes(name, args.quick, device.type)[2] for name in configs}, device)
     res["gemm_shapes"] = {name: list(mkn) for name, mkn in shapes.items()}
     done = run_child({"part": "peak", "device": args.device, "shapes": res["gemm_shapes"], "tf32": not args.no_tf32}, args.threads)
     print("\n".join(done["lines"]))
@@ -455,9 +466,9 @@ def main():
     paths = {k: paths[k] for k in args.paths.split(",")}
     common = dict(device=args.device, bf16=args.bf16, quick=args.quick, data=str(args.data), iw_samples=args.iw_samples,
                   tf32=not args.no_tf32)  # fmt: skip
-    K, n_test = args.iw_samples, TEST_BATCHES[args.quick]
+    K = args.iw_samples
     for name, cfg in configs.items():
-        warm, steps, n_docs = (QUICK if args.quick else FULL)[name]
+        warm, steps, n_docs, n_test = sizes(name, args.quick, device.type)
         H, V = cfg["hidden_dim"], cfg["vocab_size"]
         out = res[name] = {"config": cfg, "warmup_steps": warm, "timed_steps": steps}
         print(f"\n[{name}] {cfg}: {steps} timed training steps of {BATCH} texts (+{warm} warm-up on the first timed "

@@ -87,10 +87,10 @@ def test_bench_measures_the_trainer_path_and_the_test_shape_in_cpu_seconds(monke
     """bench.py's `fit` and `test` parts (a tiny config on synthetic Yahoo-length batches of 32)."""
     monkeypatch.setitem(bench.CONFIGS, "small", TINY)
     spec = dict(device="cpu", bf16=False, config="small", quick=True, data=str(tmp_path / "none.txt"), fused=True, iw_samples=4)
-    warm, steps, _ = bench.QUICK["small"]
+    warm, steps, _, n_test = bench.sizes("small", True, "cpu")
     fit = bench.measure({**spec, "part": "fit"})
     assert training_steps[0] == warm + steps and fit["fit"]["steps"] == steps
     assert fit["cpu_s"] > 0 and fit["seconds"] > 0 and fit["tf32"] == "n/a (cpu)" and len(fit["loadavg_1min"]) == 2
     test = bench.measure({**spec, "part": "test"})
-    assert test["test"]["texts"] == bench.TEST_BATCHES[True] * bench.BATCH and test["test"]["K"] == 4
-    assert test["cpu_s"] > 0 and len(test["lengths"]) == bench.TEST_BATCHES[True]
+    assert test["test"]["texts"] == n_test * bench.BATCH and test["test"]["K"] == 4
+    assert test["cpu_s"] > 0 and len(test["lengths"]) == n_test
