@@ -121,9 +121,23 @@ def tf32_state(device) -> dict | str:
     TF32 does not exist."""
     if device.type != "cuda":
         return "n/a (cpu)"
+
+    def read(get):  # torch >= 2.9 refuses some reads once its legacy and new TF32 APIs were mixed
+        try:
+            return get()
+        except RuntimeError as err:
+            return f"unreadable: {str(err)[:120]}"
+
     matmul = torch.backends.cuda.matmul
-    return {"matmul_fp32_precision": getattr(matmul, "fp32_precision", torch.get_float32_matmul_precision()),
-            "matmul_allow_tf32": matmul.allow_tf32, "cudnn_allow_tf32": torch.backends.cudnn.allow_tf32}  # fmt: skip
+
+    def precision():
+        try:
+            return matmul.fp32_precision
+        except AttributeError:  # torch < 2.9: the global setting
+            return torch.get_float32_matmul_precision()
+
+    return {"matmul_fp32_precision": read(precision),
+            "matmul_allow_tf32": read(lambda: matmul.allow_tf32), "cudnn_allow_tf32": read(lambda: torch.backends.cudnn.allow_tf32)}  # fmt: skip
 
 
 def flops_fwd(cfg, B, T, K=1, encoder_once=False) -> float:

@@ -94,3 +94,20 @@ def test_bench_measures_the_trainer_path_and_the_test_shape_in_cpu_seconds(monke
     test = bench.measure({**spec, "part": "test"})
     assert test["test"]["texts"] == n_test * bench.BATCH and test["test"]["K"] == 4
     assert test["cpu_s"] > 0 and len(test["lengths"]) == n_test
+
+
+def test_the_tf32_state_is_read_as_the_measurement_left_it():
+    """On CUDA the three settings `set_tf32` makes (read back, not assumed); on the CPU none exists."""
+    cuda = type("Device", (), {"type": "cuda"})()
+    kept = torch.get_float32_matmul_precision(), torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    try:
+        bench.set_tf32(True)
+        assert bench.tf32_state(cuda) == {"matmul_fp32_precision": "tf32", "matmul_allow_tf32": True, "cudnn_allow_tf32": True}
+        bench.set_tf32(False)
+        assert bench.tf32_state(cuda) == {"matmul_fp32_precision": "ieee", "matmul_allow_tf32": False, "cudnn_allow_tf32": False}
+        torch.backends.cudnn.allow_tf32 = True  # torch's own default: the LSTM in TF32, matmuls in fp32
+        assert bench.tf32_state(cuda) == {"matmul_fp32_precision": "ieee", "matmul_allow_tf32": False, "cudnn_allow_tf32": True}
+    finally:  # torch's state as it was
+        torch.set_float32_matmul_precision(kept[0])
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = kept[1:]
+    assert bench.tf32_state(CPU) == "n/a (cpu)"
