@@ -27,7 +27,9 @@ It measures what `seqvae` runs, with the glibc allocator setting of the `seqvae`
 `train`, `iw` and `aggressive` run once with the fused output layer + cross-entropy
 (`fused_output=True`, the default) and once with the plain logits path (`fused_output=False`);
 `fit` and `test` with the default. Every measurement (config × path × part) runs in a child process
-of its own, so its peak RSS (`ru_maxrss`) is that measurement's alone.
+of its own, so its peak RSS (`ru_maxrss`) is that measurement's alone; on CUDA, where each child
+would pay ~10 s of CUDA's start-up for a second of work, one child per config runs its
+measurements one after the other (peak CUDA memory still per measurement, peak RSS of the child).
 
 Every figure has wall and CPU seconds (`time.process_time` of the measuring process) and the
 1-minute load average around it: on a machine shared with other work the wall time grows with
@@ -386,13 +388,18 @@ def peak_child(spec: dict) -> dict:
 
 def run_child(spec: dict, threads: int | None) -> dict:
     """`measure(spec)` in a fresh interpreter (its own peak RSS)."""
+    return child_results(spec, threads)[-1]
+
+
+def child_results(spec: dict, threads: int | None) -> list[dict]:
+    """The results `spec` printed in a fresh interpreter: one, or one per job of `spec["jobs"]`."""
     cmd = [sys.executable, "-m", "benchmarks.bench", "--child", json.dumps(spec)] + (["--threads", str(threads)] if threads else [])
     path = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
     done = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=path))
     lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
     if done.returncode or not lines:
         raise RuntimeError(f"child {spec} failed ({done.returncode}):\n{done.stdout[-2000:]}\n{done.stderr[-4000:]}")
-    return json.loads(lines[-1][len("RESULT ") :])
+    return [json.loads(line[len("RESULT ") :]) for line in lines]
 
 
 def main():
@@ -421,12 +428,14 @@ def main():
         torch.set_num_threads(args.threads)
     warnings.filterwarnings("ignore")
     logging.getLogger("pytorch_lightning").setLevel(logging.ERROR)  # no "GPU available: …" banner
-    if args.child and spec["part"] == "peak":
+    if args.child and spec.get("part") == "peak":
         return print("RESULT " + json.dumps(peak_child(spec)))
     if args.child:
-        r = allocator_bench(spec) if spec["part"] == "allocator" else measure(spec)
-        r.update(applied=applied, memory=memory(torch.device("cpu")) if spec["part"] == "allocator" else r["memory"])
-        print("RESULT " + json.dumps(r))
+        for job in spec.get("jobs", [{}]):  # jobs: several measurements in this one process (CUDA)
+            one = {**spec, **job}
+            r = allocator_bench(one) if one["part"] == "allocator" else measure(one)
+            r.update(applied=applied, memory=memory(torch.device("cpu")) if one["part"] == "allocator" else r["memory"])
+            print("RESULT " + json.dumps(r), flush=True)
         return
     if args.allocator:
         return allocator_main(args)
@@ -438,7 +447,8 @@ def main():
            "allocator": "reuse_freed_memory", "gpu": torch.cuda.get_device_name() if device.type == "cuda" else None}  # fmt: skip
     print(f"torch {torch.__version__} on {res['gpu'] or args.device}, {os.cpu_count()} CPU cores, {threads} torch threads, "
           f"1-min load average {res['loadavg_start'][0]:.2f}{', bf16 autocast' if args.bf16 else ''}; "
-          "glibc malloc with reuse_freed_memory() as `seqvae` runs; one child process per measurement")  # fmt: skip
+          "glibc malloc with reuse_freed_memory() as `seqvae` runs; one child process per measurement "
+          f"{'(on CUDA per config: its start-up once; peak RSS then of the whole child)' if device.type == 'cuda' else ''}")  # fmt: skip
 
     if args.profile:
         cfg = CONFIGS["small"]
@@ -491,54 +501,57 @@ def main():
         slow = name == "paper" and args.quick and device.type == "cpu"  # paper on the CPU: minutes per step
         parts = ["train"] + ([] if slow else ["fit"]) + ["iw"] + (["test"] if name == "small" or device.type == "cuda" else [])
         parts += [] if slow else ["aggressive"]
-        for part in parts:
-            for path, fused in paths.items():
-                if part in ("fit", "test") and not fused:  # what `seqvae` runs: the default path
-                    continue
-                r = run_child({**common, "config": name, "part": part, "fused": fused}, args.threads)
-                out.setdefault(path, {})[part] = r
-                if args.json:  # after every measurement: a run cut by a deadline keeps what it measured
-                    args.json.write_text(json.dumps(res, indent=2) + "\n")
-                if "lengths" in r and "lengths" not in out:
-                    out["lengths"], res["data"] = r["lengths"], r["data"]
-                    tokens = sum(BATCH * (t - 1) for t in r["lengths"])
-                    flops = sum(3 * flops_fwd(cfg, BATCH, t) for t in r["lengths"])
-                    out.update(train_flops_per_token=flops / tokens, output_layer_flop_share=80 * 2 * H * V / flops_fwd(cfg, 1, 81),
-                               recurrent_flop_share=(81 + 80) * 8 * H * H / flops_fwd(cfg, 1, 81))  # fmt: skip
-                    print(f"  T={out['lengths'][:4]}{'…' if steps > 4 else ''}; {res['data']}; analytic training FLOPs per "
-                          f"predicted token {flops / tokens / 1e6:.1f} M (at T=81: output layer {out['output_layer_flop_share']:.0%}, "
-                          f"recurrent h·W_hh {out['recurrent_flop_share']:.0%})")  # fmt: skip
-                if part == "train":
-                    r.update(line(f"train, {path}, direct loop", r, steps, tokens, flops))
-                elif part == "fit":
-                    r.update(line(f"train, {path}, Trainer.fit", r, r["fit"]["steps"], tokens, flops))
-                    if "train" in out[path]:  # the same batches, the same model: what the real step adds
-                        direct = out[path]["train"]
-                        out["trainer_overhead"] = {
-                            "cpu_s_per_step": r["cpu_s_per_step"] - direct["cpu_s_per_step"],
-                            "cpu_ratio": r["cpu_s_per_step"] / direct["cpu_s_per_step"],
-                        }  # fmt: skip
-                        print(f"  Trainer.fit vs the direct loop: {out['trainer_overhead']['cpu_s_per_step'] * 1e3:+.1f} ms CPU "
-                              f"per step ({out['trainer_overhead']['cpu_ratio']:.2f}x the direct loop's CPU time)")  # fmt: skip
-                elif part == "iw":
-                    T = r["doc_length"]
-                    iw_flops = n_docs * flops_fwd(cfg, 1, T, K, encoder_once=True)
-                    note = f"; {r['samples_per_decoder_call']} samples per decoder call"
-                    r.update(line(f"IW-NLL K={K}, {path}, iw_nll", r, n_docs, n_docs, iw_flops, "docs", "doc", note))
-                elif part == "test":
-                    t = r["test"]
-                    iw_flops = sum(BATCH * flops_fwd(cfg, 1, T, K, encoder_once=True) for T in r["lengths"])
-                    note = f"; T={r['lengths']}, {t['samples_per_decoder_call']} samples per decoder call"
-                    label = f"IW-NLL K={K}, {path}, Trainer.test"
-                    r.update(line(label, r, t["texts"], t["texts"], iw_flops, "texts", "text", note))
-                else:
-                    # The window rule stops after 30 inner steps at the earliest, so 30 is the
-                    # cheapest decoder update aggressive training makes.
-                    r["s_per_decoder_update_30"] = 30 * r["encoder_step"] + r["decoder_step"]
-                    c = r["cpu_s"]
-                    print(f"  aggressive, {path:<16}inner encoder step {r['encoder_step']:.3f} s ({c['encoder_step']:.3f} CPU s; "
-                          f"full backward {r['encoder_step_full_backward']:.3f} s), decoder step {r['decoder_step']:.3f} s; per decoder "
-                          f"update at 30 inner steps {r['s_per_decoder_update_30']:.2f} s | peak RSS {r['memory']['max_rss_mib']:.0f} MiB")  # fmt: skip
+        # fit and test: what `seqvae` runs, the default path
+        jobs = [(part, path, fused) for part in parts for path, fused in paths.items() if fused or part not in ("fit", "test")]
+        if device.type == "cuda":  # CUDA's start-up (~10 s) would dominate a child per measurement
+            grouped = [{"part": part, "fused": fused} for part, _, fused in jobs]
+            grouped = iter(child_results({**common, "config": name, "jobs": grouped}, args.threads))
+        for part, path, fused in jobs:
+            job_spec = {**common, "config": name, "part": part, "fused": fused}
+            r = next(grouped) if device.type == "cuda" else run_child(job_spec, args.threads)
+            out.setdefault(path, {})[part] = r
+            if args.json:  # after every measurement: a run cut by a deadline keeps what it measured
+                args.json.write_text(json.dumps(res, indent=2) + "\n")
+            if "lengths" in r and "lengths" not in out:
+                out["lengths"], res["data"] = r["lengths"], r["data"]
+                tokens = sum(BATCH * (t - 1) for t in r["lengths"])
+                flops = sum(3 * flops_fwd(cfg, BATCH, t) for t in r["lengths"])
+                out.update(train_flops_per_token=flops / tokens, output_layer_flop_share=80 * 2 * H * V / flops_fwd(cfg, 1, 81),
+                           recurrent_flop_share=(81 + 80) * 8 * H * H / flops_fwd(cfg, 1, 81))  # fmt: skip
+                print(f"  T={out['lengths'][:4]}{'…' if steps > 4 else ''}; {res['data']}; analytic training FLOPs per "
+                      f"predicted token {flops / tokens / 1e6:.1f} M (at T=81: output layer {out['output_layer_flop_share']:.0%}, "
+                      f"recurrent h·W_hh {out['recurrent_flop_share']:.0%})")  # fmt: skip
+            if part == "train":
+                r.update(line(f"train, {path}, direct loop", r, steps, tokens, flops))
+            elif part == "fit":
+                r.update(line(f"train, {path}, Trainer.fit", r, r["fit"]["steps"], tokens, flops))
+                if "train" in out[path]:  # the same batches, the same model: what the real step adds
+                    direct = out[path]["train"]
+                    out["trainer_overhead"] = {
+                        "cpu_s_per_step": r["cpu_s_per_step"] - direct["cpu_s_per_step"],
+                        "cpu_ratio": r["cpu_s_per_step"] / direct["cpu_s_per_step"],
+                    }  # fmt: skip
+                    print(f"  Trainer.fit vs the direct loop: {out['trainer_overhead']['cpu_s_per_step'] * 1e3:+.1f} ms CPU "
+                          f"per step ({out['trainer_overhead']['cpu_ratio']:.2f}x the direct loop's CPU time)")  # fmt: skip
+            elif part == "iw":
+                T = r["doc_length"]
+                iw_flops = n_docs * flops_fwd(cfg, 1, T, K, encoder_once=True)
+                note = f"; {r['samples_per_decoder_call']} samples per decoder call"
+                r.update(line(f"IW-NLL K={K}, {path}, iw_nll", r, n_docs, n_docs, iw_flops, "docs", "doc", note))
+            elif part == "test":
+                t = r["test"]
+                iw_flops = sum(BATCH * flops_fwd(cfg, 1, T, K, encoder_once=True) for T in r["lengths"])
+                note = f"; T={r['lengths']}, {t['samples_per_decoder_call']} samples per decoder call"
+                label = f"IW-NLL K={K}, {path}, Trainer.test"
+                r.update(line(label, r, t["texts"], t["texts"], iw_flops, "texts", "text", note))
+            else:
+                # The window rule stops after 30 inner steps at the earliest, so 30 is the
+                # cheapest decoder update aggressive training makes.
+                r["s_per_decoder_update_30"] = 30 * r["encoder_step"] + r["decoder_step"]
+                c = r["cpu_s"]
+                print(f"  aggressive, {path:<16}inner encoder step {r['encoder_step']:.3f} s ({c['encoder_step']:.3f} CPU s; "
+                      f"full backward {r['encoder_step_full_backward']:.3f} s), decoder step {r['decoder_step']:.3f} s; per decoder "
+                      f"update at 30 inner steps {r['s_per_decoder_update_30']:.2f} s | peak RSS {r['memory']['max_rss_mib']:.0f} MiB")  # fmt: skip
         if "test" not in parts:
             print(f"  IW-NLL through Trainer.test: not measured on the CPU at this size ({BATCH} texts x K={K} per batch)")
         if "fused" in out and "plain" in out:
