@@ -70,3 +70,21 @@ def test_a_resume_reads_its_checkpoint_once(run, monkeypatch):
     reads, cli = reads_during(monkeypatch, resume)
     assert reads == [str(last), str(best)]  # then fit's own test of best.ckpt
     assert type(cli.trainer.strategy.checkpoint_io) is AtomicCheckpointIO  # and the run's writes stay atomic
+
+
+def test_last_ckpt_is_the_last_epochs_state_when_val_loss_did_not_improve(tmp_path):
+    """With `checkpoint.mode max` val/loss "improves" only at the first epoch, so best.ckpt stays there;
+    last.ckpt must still hold the final epoch's weights and counters (Lightning 2.6 alone left it at
+    the best epoch: a resume retrained every epoch since, and "the last checkpoint" was the best)."""
+    for name, seed in (("train", 0), ("valid", 1), ("test", 2)):
+        write_corpus(tmp_path / f"{name}.txt", 40, seed)
+    SeqVAECLI(args=["fit", f"--config={CONFIGS / 'demo.yaml'}", f"--data.train={tmp_path / 'train.txt'}",
+                    f"--data.val={tmp_path / 'valid.txt'}", f"--data.test={tmp_path / 'test.txt'}", "--model.embed_dim=8",
+                    "--model.hidden_dim=12", "--model.latent_dim=4", "--model.val_iw_samples=0", "--model.test_iw_samples=2",
+                    f"--trainer.logger.init_args.save_dir={tmp_path}", "--trainer.enable_model_summary=false",
+                    "--trainer.max_epochs=3", "--checkpoint.mode=max"])  # fmt: skip
+    run = tmp_path / "demo" / "version_0"
+    metrics = json.loads((run / "metrics.json").read_text())
+    best, last = (torch.load(run / "checkpoints" / f"{n}.ckpt", weights_only=False) for n in ("best", "last"))
+    assert last["seqvae"]["num_updates"] == metrics["updates"] > metrics["best_updates"] == best["seqvae"]["num_updates"]
+    assert last["epoch"] == 2 and best["epoch"] == 0

@@ -85,6 +85,25 @@ class RunCheckpoint(ModelCheckpoint):
         out["dirpath"] = new
         return out
 
+    def on_validation_end(self, trainer, pl_module):
+        super().on_validation_end(trainer, pl_module)
+        if not self._should_save_on_train_epoch_end(trainer):
+            self._save_last_always(trainer)
+
+    def on_train_epoch_end(self, trainer, pl_module):
+        super().on_train_epoch_end(trainer, pl_module)
+        if self._should_save_on_train_epoch_end(trainer):
+            self._save_last_always(trainer)
+
+    def _save_last_always(self, trainer) -> None:
+        """last.ckpt is the run's latest state at every save point. Lightning (2.6) writes it only where
+        it wrote a top-k checkpoint at the same step: with save_top_k=1 an epoch that did not improve
+        val/loss left last.ckpt at the best epoch, so a resume retrained every epoch since and "the
+        last checkpoint" was the best one. (Skipped where Lightning skips: not fitting, sanity check,
+        fast_dev_run, or this step already saved.)"""
+        if self.save_last and not self._should_skip_saving_checkpoint(trainer):
+            self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
+
     @property
     def state_key(self) -> str:
         # ModelCheckpoint's key: checkpoints written before this subclass resume with its state.
