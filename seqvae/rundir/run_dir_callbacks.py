@@ -98,9 +98,9 @@ class RunCheckpoint(ModelCheckpoint):
     def _save_last_always(self, trainer) -> None:
         """last.ckpt is the run's latest state at every save point. Lightning (2.6) writes it only where
         it wrote a top-k checkpoint at the same step: with save_top_k=1 an epoch that did not improve
-        val/loss left last.ckpt at the best epoch, so a resume retrained every epoch since and "the
-        last checkpoint" was the best one. (Skipped where Lightning skips: not fitting, sanity check,
-        fast_dev_run, or this step already saved.)"""
+        val/loss left last.ckpt at the best epoch (or PeriodicCheckpoint's last mid-epoch save), so a
+        finished run's "last checkpoint" could be an earlier epoch and a resume retrained from there.
+        (Skipped where Lightning skips: not fitting, sanity check, fast_dev_run, this step saved.)"""
         if self.save_last and not self._should_skip_saving_checkpoint(trainer):
             self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
 
