@@ -123,7 +123,7 @@ def draw(pooling: str, regimes: dict[str, dict[str, dict]], out: Path) -> Path:
     colours = {"long": "tab:blue", "10-epoch": "tab:orange"}
     for ax, (key, name) in zip(axes, METRICS):
         for regime, curves in regimes.items():
-            for i, (seed, c) in enumerate(curves.items()):
+            for i, c in enumerate(curves.values()):
                 label = f"{regime} warm-up" if i == 0 else None
                 ax.plot(c["updates"], c[key], color=colours[regime], alpha=0.8, lw=1.2, label=label,
                         ls="--" if c["partial"] else "-")

@@ -67,7 +67,7 @@ def fitted(tmp_path_factory):
     return root, corpus, common
 
 
-def fit(fitted, capsys, version: str, *extra) -> "object":
+def fit(fitted, capsys, version: str, *extra) -> object:
     root, _, common = fitted
     if not (root / "default" / version / "metrics.json").is_file():
         status, err = run(["fit", *common, *extra, f"--trainer.logger.init_args.version={version}"], capsys)

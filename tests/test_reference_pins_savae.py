@@ -9,8 +9,6 @@ from __future__ import annotations
 import functools
 import json
 import math
-import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -47,7 +45,7 @@ def test_refined_posteriors_after_every_svi_step_and_the_losses(trained):
     name, case, ours = trained
     ref, rel = case["reference"], FORWARD_REL[case["dtype"]]
     assert len(ours["params"]) == len(ref["params"]) == case["steps"]
-    for k, ((mu, logvar), (r_mu, r_logvar)) in enumerate(zip(ours["params"], ref["params"])):
+    for (mu, logvar), (r_mu, r_logvar) in zip(ours["params"], ref["params"]):
         close(r_mu, mu, rel), close(r_logvar, logvar, rel)
     close(ref["inner_losses"], ours["inner_losses"], rel)
     for key in ("loss", "rec", "kl"):

@@ -630,7 +630,6 @@ def test_kill_9_of_the_sweep_stops_its_fit_and_a_rerun_refuses_a_live_one(in_rep
     """Issue 45, item 7: `kill -9` of a sweep mid-cell used to leave its fit training (and a rerun
     resumed beside it). Now the kernel sends the fit SIGINT (PR_SET_PDEATHSIG); and a rerun refuses
     a cell whose recorded fit still runs, in one line naming the pid."""
-    import signal
     import subprocess
 
     root = tmp_path / "runs"

@@ -138,7 +138,6 @@ def test_the_flow_iw_nll_of_a_text_does_not_depend_on_the_other_texts_of_its_bat
 
 
 def test_the_reference_estimator_shifts_each_log_weight_as_spec_12_5_says_and_mixes_texts():
-    g = gen(7)
     # b large: tanh ≈ 1, the layer is nearly the translation z + û (S ≈ 0); the prior at z0 then
     # sees points nearer its centre than z_K = z0 + û: the reference's weights are too large
     flow = flow_with(torch.tensor([[6.0, 0.0]], dtype=F64), torch.tensor([[0.5, 0.5]], dtype=F64), torch.tensor([6.0], dtype=F64))

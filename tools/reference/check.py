@@ -231,7 +231,7 @@ EPOCH_RE = re.compile(r"^\[reference_check\] epoch (\d+) done at \S+ \((\d+)s\)"
 
 def parse_log(text: str) -> dict:
     """VAL / TEST lines, AU lines (one after each), the IW line, lr decays, epoch times."""
-    vals, tests, aus, iw, decays, fit = [], [], [], None, 0, None
+    vals, tests, iw, decays, fit = [], [], None, 0, None
     last_eval = None
     for line in text.splitlines():
         m = EVAL_RE.search(line)
