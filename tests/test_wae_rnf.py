@@ -234,3 +234,28 @@ def test_wae_rnf_fits_tests_and_prints_both_estimators_with_only_its_config(tmp_
     # its IW-NLL from the same checkpoint and K as `seqvae test` (other draws): close to the test's
     correct = float(printed.split("each text's own likelihood): ")[1].split()[0])
     assert abs(correct - metrics["test/iw_nll"]) < 0.05 * metrics["test/iw_nll"]
+
+
+def test_interpolate_runs_between_the_posterior_means_the_decoder_reads(monkeypatch):
+    """WAE-RNF: the Python API's interpolation starts and ends at z_K = f(mu), the flow's image of the base
+    means (what predict and reconstruct decode), not at the pre-flow means."""
+    from seqvae.core import generation
+    from seqvae.core.scoring import text_batches
+    from seqvae.text.corpus import Vocabulary
+
+    texts = ["the cat sat on the mat", "a dog ran under the rug"]
+    vocab = Vocabulary.build([" ".join(texts).split()])
+    torch.manual_seed(0)
+    model = SeqVAE(vocab_size=len(vocab), embed_dim=8, hidden_dim=12, latent_dim=4, posterior=PlanarFlowPosterior(flows=2))
+    model.vocab = vocab
+    seen = []
+    monkeypatch.setattr(generation, "decode", lambda model, z, n, *rest: seen.append(z) or [""] * n)
+    model.interpolate(texts[0], texts[1], steps=3)
+    model.eval()
+    with torch.no_grad():
+        b = next(text_batches(model, texts, 2))
+        q, _ = model.encoder.encode(b["tokens"], b["lengths"])
+    (z,) = seen
+    torch.testing.assert_close(z[0], q.mean[0])
+    torch.testing.assert_close(z[-1], q.mean[1])
+    assert not torch.allclose(q.mean, q.params()[0])  # the flow moved the means: the old endpoints were wrong

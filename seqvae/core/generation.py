@@ -258,11 +258,14 @@ def interpolate(model, a, b, steps=DEFAULTS.steps, max_length=None, temperature=
     if model.encoder is None:
         raise RuntimeError("the language model has no latent space to interpolate in")
     decoding, temperature, beam_width = decoding_settings(decoding, temperature, beam_width)
-    mu, _ = model.encode([a, b])
+    gen = _generator(model, seed)
     with inference(model):
-        z = line(mu[0], mu[1], steps)
+        batch = next(text_batches(model, [a, b], 2))
+        # the two posteriors' means in the space the decoder reads (through a flow, after SA-VAE's steps), as predict's
+        ends = posterior(model, batch["tokens"], batch["lengths"], gen).mean
+        z = line(ends[0], ends[1], steps)
         length = max_length or PRIOR_MAX_LENGTH
-        return decode(model, z, steps, length, decoding, temperature, beam_width, _generator(model, seed))
+        return decode(model, z, steps, length, decoding, temperature, beam_width, gen)
 
 
 def sample(model, n, temperature=None, max_length=None, decoding=None, beam_width=None, seed=None):
