@@ -27,7 +27,21 @@ def sample_posterior(mu: torch.Tensor, logvar: torch.Tensor, k: int, generator=N
     return mu.unsqueeze(1) + (0.5 * logvar).exp().unsqueeze(1) * eps
 
 
-class DiagonalGaussian:
+class ExactDensity:
+    """The part of the posterior interface a family with an exact, sampleable density shares: `draw`
+    (a draw and its log q, IW-NLL's weights) and `base` (what AU and MI measure: the distribution
+    itself). A flow overrides both (its log q needs the pre-flow z; its base is the pre-flow Gaussian)."""
+
+    def draw(self, k: int, generator=None) -> tuple[torch.Tensor, torch.Tensor]:
+        z = self.sample(k, generator)
+        return z, self.log_prob(z)
+
+    @property
+    def base(self):
+        return self
+
+
+class DiagonalGaussian(ExactDensity):
     """q(z|x) = N(mu, diag σ²) for a batch of texts (`GaussianPosterior`): mu, logvar (B, Z).
 
     The interface every posterior's batch object has (`posteriors.py`): `mean` (B, Z), `params()`,
@@ -56,16 +70,6 @@ class DiagonalGaussian:
 
     def log_prob(self, z: torch.Tensor) -> torch.Tensor:
         return log_normal(z, self.mu, self.logvar)
-
-    def draw(self, k: int, generator=None) -> tuple[torch.Tensor, torch.Tensor]:
-        """`sample(k)` and its log q (IW-NLL's weights; a flow's log q needs the draw's pre-flow z)."""
-        z = self.sample(k, generator)
-        return z, self.log_prob(z)
-
-    @property
-    def base(self) -> DiagonalGaussian:
-        """What AU and MI measure: the posterior itself (a flow's: its Gaussian before the flow)."""
-        return self
 
     def kl_terms(self) -> torch.Tensor:
         """KL(N(mu, σ²) ‖ N(0, I)) per dimension, closed form: (B, Z) (`losses.gaussian_kl`)."""

@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from seqvae.core.gaussian import LOG_2PI, DiagonalGaussian
+from seqvae.core.gaussian import LOG_2PI, DiagonalGaussian, ExactDensity
 from seqvae.errors import ConfigError
 from seqvae.store.strategies import declares_subclasses
 
@@ -83,7 +83,7 @@ class FullCovGaussianPosterior(Posterior):
         return FullCovGaussian(mu, layer.weight[:, -z:].float())
 
 
-class FullCovGaussian:
+class FullCovGaussian(ExactDensity):
     """q(z|x) = N(mu(x), L Lᵀ) for a batch: mu (B, Z), L (Z, Z) the same for every text; the
     interface of `gaussian.DiagonalGaussian`. Densities through the whitened L⁻¹(z − mu); log|det L|
     by LU in float64 (an L near singularity makes the KL huge, as it should)."""
@@ -115,14 +115,6 @@ class FullCovGaussian:
         mu = self.mu
         eps = torch.randn((mu.size(0), k, mu.size(1)), generator=generator, device=mu.device, dtype=mu.dtype)
         return mu.unsqueeze(1) + eps @ self.L.T
-
-    def draw(self, k: int, generator=None) -> tuple[torch.Tensor, torch.Tensor]:
-        z = self.sample(k, generator)
-        return z, self.log_prob(z)
-
-    @property
-    def base(self) -> FullCovGaussian:
-        return self
 
     def log_prob(self, z: torch.Tensor) -> torch.Tensor:
         u = self.whiten(z - self.mu.unsqueeze(1))
