@@ -111,3 +111,38 @@ def test_the_tf32_state_is_read_as_the_measurement_left_it():
         torch.set_float32_matmul_precision(kept[0])
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = kept[1:]
     assert bench.tf32_state(CPU) == "n/a (cpu)"
+
+
+def test_row_cost_times_each_rows_own_config_through_the_real_training_step(tmp_path, monkeypatch, training_steps):
+    """benchmarks/row_cost.py builds each row's model from configs/<dataset>/{base,<row>}.yaml, as `seqvae fit`
+    would (SA-VAE's refinement and iVAE's critic and posterior switched on by their own configs), and times
+    warm + steps real training steps of it on the loader's first batches."""
+    from test_model import write_corpus
+
+    from benchmarks import row_cost
+
+    repo = Path(__file__).resolve().parents[1]
+    for name, seed in (("train", 0), ("valid", 1), ("test", 2)):
+        write_corpus(tmp_path / f"{name}.txt", 40, seed)
+    (tmp_path / "configs" / "tiny").mkdir(parents=True)
+    base = (
+        f"data: {{train: {tmp_path / 'train.txt'}, val: {tmp_path / 'valid.txt'}, test: {tmp_path / 'test.txt'}, "
+        "batch_size: 8}\n"
+        "model: {embed_dim: 8, hidden_dim: 12, latent_dim: 4, val_iw_samples: 0, test_iw_samples: 2}\n"
+        "trainer: {logger: {class_path: pytorch_lightning.loggers.TensorBoardLogger, init_args: {save_dir: runs}}}\n"
+    )
+    (tmp_path / "configs" / "tiny" / "base.yaml").write_text(base)
+    for row in ("last", "sa_vae", "ivae"):  # the shipped rows' overlays, on the tiny base
+        (tmp_path / "configs" / "tiny" / f"{row}.yaml").write_text((repo / "configs" / "yahoo10k" / f"{row}.yaml").read_text())
+    monkeypatch.chdir(tmp_path)
+    expected = {
+        "last": {"kl_penalty": "StandardKL", "refine": "NoneType", "posterior": "GaussianPosterior"},
+        "sa_vae": {"kl_penalty": "StandardKL", "refine": "SVIRefinement", "posterior": "GaussianPosterior"},
+        "ivae": {"kl_penalty": "DualKL", "refine": "NoneType", "posterior": "FullCovGaussianPosterior"},
+    }
+    for row, strategies in expected.items():
+        calls = training_steps[0]
+        r = row_cost.measure("tiny", row, steps=2, warm=1)
+        assert r["strategies"] == strategies, row
+        assert training_steps[0] - calls == 3 and r["steps"] == 2 and r["cpu_s_per_step"] > 0, row
+        assert len(r["batches"]) == 2 and all(b <= 8 for b, _ in r["batches"])
