@@ -19,6 +19,13 @@ for run in "$root"/*/seed*; do
     echo "$cell: best.ckpt is the last update's weights; last.ckpt not tested again"
     continue
   fi
+  # Before 2026-12-06 Lightning left last.ckpt at the best epoch (or a 10-minute save) when the final epochs did
+  # not improve val/loss (docs/usage.md, "Resume after a crash"): test it only if it holds the run's last update.
+  held=$("$py" -c "import json, sys, torch; m = json.load(open(sys.argv[1])); c = torch.load(sys.argv[2], map_location='cpu', weights_only=False); print(c['seqvae']['num_updates'], m['decoder_updates'])" "$run/metrics.json" "$run/checkpoints/last.ckpt")
+  if [ "${held% *}" != "${held#* }" ]; then
+    echo "$cell: last.ckpt holds ${held% *} updates, the run made ${held#* }: not the last update's weights; not tested"
+    continue
+  fi
   before=$(ls -d "$(dirname "$run")"/version_* 2>/dev/null || true)
   OMP_NUM_THREADS=1 "$py" -m seqvae test --config "$run/config.yaml" --ckpt_path "$run/checkpoints/last.ckpt"
   retest=$(comm -13 <(echo "$before" | tr ' ' '\n' | sort) <(ls -d "$(dirname "$run")"/version_* | sort) | tail -1)
