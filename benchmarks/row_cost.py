@@ -32,10 +32,20 @@ def measure(dataset: str, row: str, steps: int, warm: int) -> dict:
     """One row, in this process: the CLI-built model, timed through Trainer.fit on the loader's first batches."""
     import torch
 
+    threads = torch.get_num_threads()  # restored: a caller in the same process (a test) keeps its own count
+    torch.set_num_threads(1)
+    try:
+        return _measure(dataset, row, steps, warm)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _measure(dataset: str, row: str, steps: int, warm: int) -> dict:
+    import torch
+
     from benchmarks.trainer_path import timed_fit
     from seqvae.cli import SeqVAECLI
 
-    torch.set_num_threads(1)
     with tempfile.TemporaryDirectory() as tmp:
         args = ["--config", f"configs/{dataset}/base.yaml", "--config", f"configs/{dataset}/{row}.yaml"]
         cli = SeqVAECLI(args=[*args, "--trainer.logger.init_args.save_dir", tmp], run=False)
