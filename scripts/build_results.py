@@ -22,7 +22,9 @@ A generated block is the output of `seqvae compare ARGS` between two marker line
 its 95% interval (e.g. each method's gap to the LM of the same seed:
 `'docs/results/yahoo10k_short/*/seed*' --label dir --baseline 'docs/results/yahoo10k_short/lm/seed*'`).
 A `<!-- reference_check compare --ref DIR --seqvae DIR -->` block is the table of
-`python -m tools.reference compare ...` (another code's runs against seqvae's, Welch intervals).
+`python -m tools.reference compare ...` (another code's runs against seqvae's, Welch intervals);
+a `<!-- paper_table docs/results/table1.yaml -->` block that of `python -m seqvae.analysis.paper_table
+...` (a published table's rows beside seqvae's runs of the same methods).
 A block of the former `scripts/paired_gap.py` (`<!-- paired_gap ... -->`) is an error naming that
 replacement.
 
@@ -49,16 +51,21 @@ import shlex
 import sys
 from pathlib import Path
 
-from seqvae.analysis import compare
+from seqvae.analysis import compare, paper_table
 
 ROOT = Path(__file__).resolve().parents[1]
 FINDINGS = "docs/results.md"
 # pages with generated tables; the findings page's own pages (docs/results/*.md with blocks) are added by pages()
 PAGES = (FINDINGS, "docs/notes/results_lab_2026-12.md", "docs/results/reference_yahoo10k/README.md")
 QUOTING = {"README.md": FINDINGS}  # pages without tables: whose tables (and its finding pages') their quotes must be in
-BLOCK = re.compile(
-    r"^<!-- (?P<tool>compare|paired_gap|reference_check) (?P<args>.+?) -->\n(?P<body>.*?)^<!-- /(?P=tool) -->$", re.M | re.S
-)
+# the block kinds: tool name -> its main(argv) (paired_gap: a kind that is gone, named in table()'s error)
+TOOLS = {
+    "compare": lambda: compare.main,
+    "reference_check": lambda: reference_check().main,  # `compare` of another code's runs
+    "paper_table": lambda: paper_table.main,  # a published table's rows beside seqvae's runs (docs/results/table1.yaml)
+    "paired_gap": None,
+}
+BLOCK = re.compile(rf"^<!-- (?P<tool>{'|'.join(TOOLS)}) (?P<args>.+?) -->\n(?P<body>.*?)^<!-- /(?P=tool) -->$", re.M | re.S)
 _NUM = r"[+\-−]\d+(?:\.\d+)?"
 # What the prose may quote from a table: a difference with its interval, a one-run difference, a mean ± s.d.
 QUOTES = (
@@ -84,7 +91,7 @@ def table(args: list[str], where: str, tool: str = "compare") -> str:
             f"{where}: paired_gap blocks are gone: use <!-- compare '{root}/*/seed*' --label dir --baseline '{root}/lm/seed*' -->"
         )
     out, err = io.StringIO(), io.StringIO()
-    run = compare.main if tool == "compare" else reference_check().main  # reference_check: `compare` of another code's runs
+    run = TOOLS[tool]()
     try:
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             code = run(args)
@@ -186,7 +193,8 @@ def quoting_page(path: Path, source: Path) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("doc", nargs="?", help=f"one page (default: {PAGES[0]}, docs/results/*.md, {', '.join(PAGES[1:])}, then the README's quotes)")
+    every = f"{PAGES[0]}, docs/results/*.md, {', '.join(PAGES[1:])}, then the README's quotes"
+    parser.add_argument("doc", nargs="?", help=f"one page (default: {every})")
     parser.add_argument("--check", action="store_true", help="change nothing; exit 1 if a table is out of date")
     parser.add_argument("--no-plots", action="store_true", help="rewrite the tables only; leave the figures as they are")
     args = parser.parse_args(argv)

@@ -167,6 +167,21 @@ def filled_in_notes(groups: list[dict]) -> list[str]:
     ]
 
 
+def table_notes(groups: list[dict], label_by: str) -> list[str]:
+    """The lines under a table of these groups: texts, settings, filled-in defaults, BN-VAE's bound, seeds,
+    threads, provenance."""
+    return [
+        *test_texts_notes(groups),
+        *common_settings_note(groups, label_by),
+        *filled_in_notes(groups),
+        *bn_note(groups),
+        *repeated_seed_notes(groups),
+        *thread_notes(groups),
+        *retest_note(groups),
+        *provenance_note(groups),
+    ]
+
+
 # ---------------------------------------------------------------- output
 
 
@@ -337,16 +352,7 @@ def main(argv: list[str] | None = None) -> int:
     except (CompareError, OSError) as err:
         print(f"seqvae compare: error: {err}", file=sys.stderr)
         return 2
-    notes = [
-        *test_texts_notes(groups),
-        *common_settings_note(groups, args.label),
-        *filled_in_notes(groups),
-        *bn_note(groups),
-        *repeated_seed_notes(groups),
-        *thread_notes(groups),
-        *retest_note(groups),
-        *provenance_note(groups),
-    ]
+    notes = table_notes(groups, args.label)
     commits = commit_warning([r for g in groups for r in g["runs"]])
     if commits:
         print(f"seqvae compare: warning: {commits}", file=sys.stderr)
