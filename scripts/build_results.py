@@ -24,7 +24,9 @@ its 95% interval (e.g. each method's gap to the LM of the same seed:
 A `<!-- reference_check compare --ref DIR --seqvae DIR -->` block is the table of
 `python -m tools.reference compare ...` (another code's runs against seqvae's, Welch intervals);
 a `<!-- paper_table docs/results/table1.yaml -->` block that of `python -m seqvae.analysis.paper_table
-...` (a published table's rows beside seqvae's runs of the same methods).
+...` (a published table's rows beside seqvae's runs of the same methods); an `<!-- estimator_gap RUNS
+--estimate nll_bar -->` block that of `python -m seqvae.analysis.estimator_gap ...` (two estimates of
+one quantity on the same checkpoints, by text and by seed).
 A block of the former `scripts/paired_gap.py` (`<!-- paired_gap ... -->`) is an error naming that
 replacement.
 
@@ -51,7 +53,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from seqvae.analysis import compare, paper_table
+from seqvae.analysis import compare, estimator_gap, paper_table
 
 ROOT = Path(__file__).resolve().parents[1]
 FINDINGS = "docs/results.md"
@@ -63,6 +65,7 @@ TOOLS = {
     "compare": lambda: compare.main,
     "reference_check": lambda: reference_check().main,  # `compare` of another code's runs
     "paper_table": lambda: paper_table.main,  # a published table's rows beside seqvae's runs (docs/results/table1.yaml)
+    "estimator_gap": lambda: estimator_gap.main,  # two estimates on the same checkpoints (NLL-bar against IW-NLL)
     "paired_gap": None,
 }
 BLOCK = re.compile(rf"^<!-- (?P<tool>{'|'.join(TOOLS)}) (?P<args>.+?) -->\n(?P<body>.*?)^<!-- /(?P=tool) -->$", re.M | re.S)

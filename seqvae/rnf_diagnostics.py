@@ -1,7 +1,7 @@
 """WAE-RNF's published IW-NLL estimator, kept as a diagnostic, beside the correct one on the same
 checkpoint and the same draws: how far the reference's number is from the NLL bound.
 
-    seqvae rnf-nll RUN_DIR [--checkpoint best|last] [--split test|val] [--samples 500] [--seed 0]
+    seqvae rnf-nll RUN_DIR [--checkpoint best|last] [--split test|val] [--samples 500] [--seed 0] [--per-text FILE]
 
 RUN_DIR is a run directory of a `PlanarFlowPosterior` model (config.yaml, checkpoints/). Prints the
 mean over the split's texts of the correct IW-NLL (what `seqvae test` reports as test/iw_nll) and of
@@ -68,12 +68,26 @@ def compare_estimators(run: Path, checkpoint: str = "best", split: str = "test",
     dm.setup("test" if split == "test" else "validate")
     loader = dm.test_dataloader() if split == "test" else dm.val_dataloader()
     gen = torch.Generator().manual_seed(seed)
-    sums, n = [0.0, 0.0], 0
+    rows: list[tuple[int, float, float]] = []  # (index in the split, correct, reference) per text
     with torch.no_grad():
         for batch in loader:
             correct, reference = both_iw_nll(model, batch, samples, gen)
-            sums[0], sums[1], n = sums[0] + float(correct.sum()), sums[1] + float(reference.sum()), n + correct.numel()
-    return {"texts": n, "iw_nll": sums[0] / n, "reference_iw_nll": sums[1] / n}
+            index = batch["index"].tolist() if "index" in batch else range(len(rows), len(rows) + correct.numel())
+            rows += zip(index, correct.double().tolist(), reference.double().tolist())
+    rows.sort()
+    n = len(rows)
+    return {
+        "texts": n,
+        "iw_nll": sum(r[1] for r in rows) / n,
+        "reference_iw_nll": sum(r[2] for r in rows) / n,
+        "per_text": rows,
+    }
+
+
+def per_text_file(rows: list[tuple[int, float, float]]) -> str:
+    """index,iw_nll,reference_iw_nll per text: `python -m seqvae.analysis.estimator_gap RUN --file F
+    --estimate reference_iw_nll` pairs them by text (and by seed over runs)."""
+    return "index,iw_nll,reference_iw_nll\n" + "".join(f"{i},{c:.6f},{r:.6f}\n" for i, c, r in rows)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -83,12 +97,21 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--split", default="test", choices=["test", "val"])
     p.add_argument("--samples", type=int, default=500)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--per-text", type=Path, metavar="FILE", help="also write both estimates per text (CSV) to FILE")
     args = p.parse_args(argv)
     if args.samples < 1:
         p.error(f"--samples: must be >= 1, got {args.samples}")
+    if args.per_text is not None and not args.per_text.parent.is_dir():
+        p.error(f"--per-text {args.per_text}: no directory {args.per_text.parent}")
     r = compare_estimators(args.run, args.checkpoint, args.split, args.samples, args.seed)
+    if args.per_text is not None:
+        tmp = args.per_text.with_name(f".{args.per_text.name}.tmp")
+        tmp.write_text(per_text_file(r["per_text"]), encoding="utf-8")
+        tmp.replace(args.per_text)  # whole or not at all
     print(f"{args.run} ({args.checkpoint}.ckpt), {args.split}: {r['texts']} texts, K = {args.samples}, the same draws for both")
     print(f"IW-NLL (correct: prior at z_K, log q_K = log q0 − S, each text's own likelihood): {r['iw_nll']:.3f} nats")
     print(f"the reference's estimator (SPEC §12.5 (a)-(c); not a bound):                    {r['reference_iw_nll']:.3f} nats")
     print(f"reference − correct: {r['reference_iw_nll'] - r['iw_nll']:+.3f} nats")
+    if args.per_text is not None:
+        print(f"per text: {args.per_text}")
     return 0 if math.isfinite(r["iw_nll"]) else 1

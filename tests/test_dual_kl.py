@@ -5,6 +5,7 @@ beside the exact metrics."""
 
 from __future__ import annotations
 
+import csv
 import json
 import math
 import os
@@ -173,6 +174,11 @@ def test_fit_with_the_ivae_demo_config_writes_the_reference_estimates_beside_the
     for key in ("nll_bar", "rec_bar", "dual_kl", "dual_kl_z", "dual_mi", "sigma_min_L", "iw_nll", "kl", "mi", "au"):
         assert math.isfinite(m[f"test/{key}"]), key
     assert m["test/nll_bar"] == pytest.approx(m["test/rec_bar"] + m["test/dual_kl"], abs=1e-4)
+    # NLL-bar per text, beside the IW-NLL of the same texts (seqvae.analysis.estimator_gap pairs them)
+    with (run / "per_text.csv").open(newline="") as f:
+        texts = list(csv.DictReader(f))
+    assert len(texts) == 12 and all(math.isfinite(float(t["nll_bar"])) for t in texts)
+    assert sum(float(t["nll_bar"]) for t in texts) / 12 == pytest.approx(m["test/nll_bar"], abs=1e-3)
     assert m["test/dual_mi"] == pytest.approx(m["test/dual_kl"] - m["test/dual_kl_z"], abs=1e-4)
     # SPEC §11 check 4 on this (barely trained) model: the dual is below the exact KL, the IW-NLL below the −ELBO
     assert m["test/dual_kl"] <= m["test/kl"] and m["test/iw_nll"] <= m["test/loss"] + 0.5
@@ -181,3 +187,19 @@ def test_fit_with_the_ivae_demo_config_writes_the_reference_estimates_beside_the
     assert config["model"]["kl_penalty"]["init_args"]["critic"] == "xz"
     ckpt = torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)
     assert "penalty_module.xz.0.weight" in ckpt["state_dict"] and "penalty_module._extra_state" in ckpt["state_dict"]
+
+
+def test_penalty_text_columns_stay_aligned_with_their_texts():
+    """update_text_columns after each update: the rows come back sorted by text with their own values;
+    a batch the penalty gave nothing for, NaN; a metric without the column, no column."""
+    from seqvae.core.metrics import EvalMetrics
+
+    m = EvalMetrics(0, 1, per_text=True, text_columns=("nll_bar",))
+    for idx, bar in (([2, 0], [12.0, 10.0]), ([1], None), ([3], [13.0])):
+        b = len(idx)
+        m.update(torch.ones(b), torch.zeros(b), torch.full((b,), 4), index=torch.tensor(idx))
+        m.update_text_columns({} if bar is None else {"nll_bar": torch.tensor(bar)}, b)
+    rows = m.per_text_rows()
+    assert rows["index"].tolist() == [0, 1, 2, 3]
+    assert rows["nll_bar"][[0, 2, 3]].tolist() == [10.0, 12.0, 13.0] and math.isnan(rows["nll_bar"][1])
+    assert DualKL(test_samples=0).text_columns == () and DualKL().text_columns == ("nll_bar",)

@@ -42,8 +42,10 @@ def feed(m: EvalMetrics, rec: list[float], seed: int = 0, ais: bool = False) -> 
 def test_eval_metrics_keys_and_the_spec_agree():
     """Every key EvalMetrics computes (given every input) is declared, and every declared test/ key is
     computed; the same for its per-text columns and per_text.csv's."""
-    m = EvalMetrics(latent_dim=2, feature_dim=3, mi_dataset=True, per_text=True, ais=True)  # AIS: model.ais
+    # AIS: model.ais; text_columns: a KL penalty's per-text estimates (DualKL's NLL-bar)
+    m = EvalMetrics(latent_dim=2, feature_dim=3, mi_dataset=True, per_text=True, ais=True, text_columns=("nll_bar",))
     feed(m, [10.0, 20.0, 30.0, 40.0], ais=True)
+    m.update_text_columns({"nll_bar": torch.tensor([9.0, 19.0, 29.0, 39.0])}, 4)
     declared = {s.key for s in SPEC if s.key.startswith(TEST) and not s.logged}  # logged: a strategy's, at test
     assert {f"{TEST}{k}" for k in m.compute()} == declared
     rows = set(m.per_text_rows()) - {"index", "tokens"}  # which text, and its predicted tokens

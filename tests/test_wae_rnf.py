@@ -14,6 +14,7 @@ import torch
 from test_configs import CONFIGS
 from test_scoring import TINY, run
 
+from seqvae.analysis import estimator_gap
 from seqvae.core.gaussian import DiagonalGaussian, log_standard_normal
 from seqvae.core.metrics import iw_nll_from_weights, posterior_iw_log_weights
 from seqvae.core.model import SeqVAE
@@ -43,7 +44,9 @@ def test_zero_flows_is_the_gaussian_posterior_bit_for_bit():
     models = []
     for posterior in (GaussianPosterior(), PlanarFlowPosterior(flows=0)):
         torch.manual_seed(0)
-        models.append(SeqVAE(vocab_size=12, embed_dim=8, hidden_dim=12, latent_dim=4, posterior=posterior, dropout_in=0, dropout_out=0))
+        models.append(
+            SeqVAE(vocab_size=12, embed_dim=8, hidden_dim=12, latent_dim=4, posterior=posterior, dropout_in=0, dropout_out=0)
+        )
     gauss, flow = models
     theirs = dict(flow.named_parameters())
     assert {n for n in theirs if n not in dict(gauss.named_parameters())} == {f"encoder.to_posterior.flow.{p}" for p in "uwb"}
@@ -234,6 +237,15 @@ def test_wae_rnf_fits_tests_and_prints_both_estimators_with_only_its_config(tmp_
     # its IW-NLL from the same checkpoint and K as `seqvae test` (other draws): close to the test's
     correct = float(printed.split("each text's own likelihood): ")[1].split()[0])
     assert abs(correct - metrics["test/iw_nll"]) < 0.05 * metrics["test/iw_nll"]
+    # both per text (--per-text): the same draws, so the by-text gap's mean is the printed one
+    with pytest.raises(SystemExit) as exit:
+        main(["rnf-nll", str(run_dir), "--samples", "3", "--per-text", str(run_dir / "rnf_nll.csv")])
+    gap = float(capsys.readouterr().out.split("reference − correct: ")[1].split()[0])
+    (entry,) = estimator_gap.gaps([str(run_dir)], "reference_iw_nll", "iw_nll", "rnf_nll.csv")
+    (one,) = entry["runs"]
+    assert exit.value.code == 0 and one["texts"] == metrics["data"]["test"]["texts"]
+    assert one["by_text"]["diff"] == pytest.approx(gap, abs=1e-3) and one["by_text"]["lo"] < one["by_text"]["hi"]
+    assert one["iw_nll"] == pytest.approx(correct, abs=1e-3)
 
 
 def test_interpolate_runs_between_the_posterior_means_the_decoder_reads(monkeypatch):

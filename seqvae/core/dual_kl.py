@@ -172,8 +172,13 @@ class DualKL(KLPenalty):
             return module.t_xz(z, features.detach(), frozen=True)
         return module.t_z(z, frozen=True)
 
+    @property
+    def text_columns(self) -> tuple[str, ...]:
+        # per text, so NLL-bar and IW-NLL of one checkpoint pair by text (seqvae.analysis.estimator_gap)
+        return ("nll_bar",) if self.test_samples else ()
+
     @torch.no_grad()
-    def test_batch(self, model, batch: dict, q, features: torch.Tensor) -> None:
+    def test_batch(self, model, batch: dict, q, features: torch.Tensor) -> dict[str, torch.Tensor] | None:
         """The reference's test estimates of one batch (SPEC §11.5), logged as test/ means over
         texts: per text S = `test_samples` posterior draws z_k and S prior draws z̃_k;
         rec_bar = mean_k CE(x, z_k); dual_kl = the ν_xz dual; nll_bar = rec_bar + dual_kl
@@ -182,7 +187,7 @@ class DualKL(KLPenalty):
         first text, so a checkpoint's values do not depend on what ran before."""
         s = self.test_samples
         if not s:
-            return
+            return None
         tokens, lengths = batch["tokens"], batch["lengths"]
         gen = reference_noise(model.hparams.eval_seed, batch, q.mean.device)
         z = q.sample(s, gen)  # (B, S, Z)
@@ -200,6 +205,7 @@ class DualKL(KLPenalty):
         if hasattr(q, "L"):  # SPEC §11.1: how far L is from singular (the exact KL grows without bound there)
             sigma_min = torch.linalg.svdvals(q.L.double()).min().float()
             model.log("test/sigma_min_L", sigma_min, batch_size=v.numel(), sync_dist=sync)
+        return {"nll_bar": values["nll_bar"]}
 
 
 def reference_noise(eval_seed: int, batch: dict, device) -> torch.Generator:

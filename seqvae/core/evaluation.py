@@ -138,4 +138,5 @@ def evaluate_batch(model, batch: dict, metrics, n_iw: int, ais=None) -> None:
         ais=estimate,
     )
     if model._trainer is not None and model.trainer.testing:
-        model.kl_penalty.test_batch(model, batch, q, h)  # a penalty's own estimates (DualKL: the reference's, SPEC §11.5)
+        own = model.kl_penalty.test_batch(model, batch, q, h)  # a penalty's own estimates (DualKL: the reference's, SPEC §11.5)
+        metrics.update_text_columns(own or {}, tokens.size(0))

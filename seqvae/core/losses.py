@@ -36,8 +36,14 @@ class KLPenalty:
         batch's draws z (B, Z), the encoder features (B, H) and its `build` module (`DualKL`)."""
         return self(kl)
 
-    def test_batch(self, model, batch: dict, q, features: torch.Tensor) -> None:
-        """Estimates of the penalty's own, logged at test beside the exact metrics (`DualKL`'s)."""
+    # per_text.csv columns of the penalty's own test estimates (DualKL: ("nll_bar",)); `test_batch`
+    # returns them per text, and the test's EvalMetrics keeps them beside IW-NLL
+    text_columns: tuple[str, ...] = ()
+
+    def test_batch(self, model, batch: dict, q, features: torch.Tensor) -> dict[str, torch.Tensor] | None:
+        """Estimates of the penalty's own, logged at test beside the exact metrics (`DualKL`'s);
+        returns those of `text_columns` per text (B,), or None."""
+        return None
 
 
 class StandardKL(KLPenalty):

@@ -210,10 +210,14 @@ class EvalMetrics(Metric):
         ev_ks=(1, 3),
         per_text: bool = False,
         ais: bool = False,
+        text_columns: tuple[str, ...] = (),
     ):
         super().__init__()
         self.latent_dim, self.with_mi_dataset, self.seed, self.ev_ks = latent_dim, mi_dataset, seed, tuple(ev_ks)
-        self.per_text, self.per_text_columns = per_text, self.PER_TEXT + ("ais_nll", "ais_se") * ais  # AIS: model.ais
+        # AIS: model.ais; text_columns: a KL penalty's own per-text test estimates (`update_text_columns`)
+        self.text_columns = tuple(text_columns) if per_text else ()
+        self.per_text_columns = self.PER_TEXT + ("ais_nll", "ais_se") * ais + self.text_columns
+        self.per_text = per_text
         f64 = dict(dtype=torch.float64)
         ais_sums = ("ais_n", "ais", "ais_se_n", "ais_se_sq", "ais_accept_n", "ais_accept", "ais_seconds") if ais else ()
         for name in ("n", "tokens", "rec", "kl", "iw_n", "iw", "mi", "iw_se_given", "iw_se_n", "iw_se_sq", *ais_sums):
@@ -290,6 +294,15 @@ class EvalMetrics(Metric):
             self.q_rows.append(q.rows().detach())
             self._q_like = q  # the family (and what its texts share) that the pool's rows are rebuilt with
 
+    def update_text_columns(self, values: dict[str, torch.Tensor], b: int) -> None:
+        """The `text_columns` of the last `update`'s b texts (NaN for a column not given), so
+        per_text.csv's rows stay aligned; nothing without per-text columns."""
+        for name in self.text_columns:
+            v = values.get(name)
+            column = getattr(self, f"text_{name}")
+            nan = torch.full((b,), float("nan"), dtype=torch.float64, device=self.n.device)
+            column.append(nan if v is None else v.detach().double().reshape(b))
+
     def _add_ais(self, ais: dict, b: int) -> None:
         se, accept = ais["se"].double(), ais["accept"].double()
         self.ais_n, self.ais = self.ais_n + b, self.ais + ais["nll"].double().sum()
@@ -360,6 +373,9 @@ class EvalMetrics(Metric):
                 col = getattr(self, f"text_{name}")  # a list, or one tensor once synced
                 empty = torch.zeros(0, dtype=torch.long if name in ("index", "tokens") else torch.float64)
                 cols[name] = _cat(col) if len(col) else empty
+        for name in self.text_columns:  # a test that never asked the penalty (not under trainer.testing): NaN
+            if len(cols[name]) != len(cols["index"]):
+                cols[name] = torch.full(cols["index"].shape, float("nan"), dtype=torch.float64)
         order = torch.argsort(cols["index"], stable=True)
         return {name: col[order] for name, col in cols.items()}
 

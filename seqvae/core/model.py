@@ -206,7 +206,15 @@ class SeqVAE(PythonAPI, pl.LightningModule):
             vocab_size, embed_dim, hidden_dim, latent_dim, dropout_in, dropout_out, skip, init, fused_output
         )
         self.val_metrics = EvalMetrics(latent_dim, feature_dim, mi_dataset, seed=eval_seed)
-        self.test_metrics = EvalMetrics(latent_dim, feature_dim, mi_dataset, eval_seed, per_text=True, ais=ais is not None)
+        self.test_metrics = EvalMetrics(
+            latent_dim,
+            feature_dim,
+            mi_dataset,
+            eval_seed,
+            per_text=True,
+            ais=ais is not None,
+            text_columns=self.kl_penalty.text_columns if self.encoder is not None else (),
+        )
         self.num_updates = 0  # training batches consumed (outer iterations); drives the KL schedule
         self.encoder_updates = self.decoder_updates = 0  # optimiser steps (encoder > num_updates when aggressive)
         self.fit_seconds = 0.0  # training wall time, accumulated across resumes (FitClock)
