@@ -121,3 +121,15 @@ def test_committed_table1_lists_every_row_of_the_paper():
     assert {r["row"]: r["yahoo"].get("nll", r["yahoo"].get("nll_bar")) for r in spec["rows"] if r.get("yahoo")}[
         "SeqVAE + MaxPool"
     ] == 327.2
+
+
+def test_a_declaration_read_from_elsewhere_is_refused_not_rendered_empty(grid, capsys, monkeypatch, tmp_path):
+    path, root = grid
+    spec = yaml.safe_load(path.read_text())
+    spec["datasets"]["yahoo"]["grids"][0]["roots"] = ["results/yahoo"]  # relative, as the committed declaration's
+    path.write_text(yaml.safe_dump(spec))
+    monkeypatch.chdir(root)  # not where results/ is
+    rc, out, err = render(capsys, path)
+    assert rc == 2 and out == "" and "grid 'tiny': none of its roots is a directory (results/yahoo)" in err
+    monkeypatch.chdir(tmp_path)
+    assert render(capsys, path)[0] == 0

@@ -60,6 +60,14 @@ def read_declaration(path: Path) -> dict:
         for name in row:
             if name not in ("row", "runs", "estimator", "note", "baseline") and name not in spec["datasets"]:
                 raise TableError(f"{path}: rows[{i}] ({row['row']}): {name!r} is neither a dataset nor a row key")
+    for about in spec["datasets"].values():
+        for grid in about.get("grids", []):
+            # a root not exported yet is a grid's row `not run`; no root at all is a path read from elsewhere
+            if not any(Path(root).is_dir() for root in grid.get("roots", [])):
+                raise TableError(
+                    f"{path}: grid {grid.get('name')!r}: none of its roots is a directory ({', '.join(grid.get('roots', []))}); "
+                    f"paths are relative to the current directory ({Path.cwd()})"
+                )
     if not any(row.get("baseline") for row in spec["rows"]):
         raise TableError(f"{path}: no row is `baseline: true` (the row the paper's and seqvae's differences are to)")
     return spec
