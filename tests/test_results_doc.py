@@ -128,6 +128,13 @@ def _facts():
          [min(fb), max(fb), min(skip), max(skip), min(ae), max(ae)]),
         ("which encode (AU {:.0f}–{:.0f}; {:.1f}–{:.1f})",
          [min(m(r, "test/au") for r in ae_max), max(m(r, "test/au") for r in ae_max), min(map(g, ae_max)), max(map(g, ae_max))]),
+        # §3, the long KL warm-up: each seed's test values
+        *[(f"`{v}` KL {{:.3f}} / {{:.3f}} / {{:.3f}}, AU {{:.0f}} / {{:.0f}} / {{:.0f}}, MI(dataset) {{:.2f}} / {{:.2f}} / {{:.2f}}, "
+           "IW-NLL {:.2f} / {:.2f} / {:.2f}",
+           [m(f"yahoo10k_long_warmup/{v}/seed{s}", k) for k in ("test/kl", "test/au", "test/mi_dataset", "test/iw_nll")
+            for s in (1, 2, 3)]) for v in ("last", "max")],
+        ("`fit_seconds` {:,.0f}–{:,.0f})",
+         [f(m(f"yahoo10k_long_warmup/{v}/seed{s}", "fit_seconds") for v in ("last", "max") for s in (1, 2, 3)) for f in (min, max)]),
         # Table 1
         ("EV1 {:.3f} vs {:.3f}, effective rank {:.1f} vs {:.1f}; one seed each",
          [m(f"yahoo10k_retest/{v}/seed1", k) for k in ("test/feature_ev1", "test/feature_erank") for v in ("max", "last")]),
