@@ -83,3 +83,25 @@ def test_feature_space_yahoo10k_is_the_papers_size_with_the_asked_schedule_and_i
     assert overrides["model.latent_dim"] == 3 and overrides["trainer.max_epochs"] == 104
     assert overrides["model.kl_schedule.init_args.warmup_epochs"] == 96 and overrides["plateau.min_epochs"] == 96
     assert overrides["model.init"] == "pytorch"
+
+
+def test_the_long_warmup_script_trains_six_cells_two_at_a_time_then_draws_each_init(tmp_path):
+    """scripts/feature_space_long.sh with a stand-in python that records its calls: each (init, variant) once on
+    one thread, then one drawing call per init over all three variants (issue 50's Figures 2-3)."""
+    import os
+    import subprocess
+
+    log = tmp_path / "calls"
+    fake = tmp_path / "python"
+    fake.write_text(f'#!/bin/sh\necho "$OMP_NUM_THREADS $*" >> {log}\n')
+    fake.chmod(0o755)
+    proc = subprocess.run(["bash", "scripts/feature_space_long.sh"], cwd=REPO, env={**os.environ, "PYTHON": str(fake)},
+                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    calls = log.read_text().splitlines()
+    study = "scripts/studies.py feature-space --dataset yahoo10k --epochs 104 --warmup-epochs 96"
+    cells = {
+        f"1 {study} --init {i} --tag long_{i} --variants {v}" for i in ("reference", "pytorch") for v in ("last", "cosine", "max")
+    }
+    assert set(calls[:6]) == cells and len(calls) == 8
+    assert calls[6:] == [f"1 {study} --init {i} --tag long_{i}" for i in ("reference", "pytorch")]
