@@ -241,7 +241,9 @@ def feature_space_main(argv: list[str] | None = None) -> int:
     name = f"{args.dataset}_{args.tag}" if args.tag else args.dataset
     schedule = {}
     if args.warmup_epochs is not None:
-        schedule = {"model.kl_schedule.init_args.warmup_epochs": args.warmup_epochs, "plateau.min_epochs": args.warmup_epochs}
+        # plateau.min_epochs is an int option (the CLI refuses 96.0): the first whole epoch at or after the warm-up's end
+        first = math.ceil(args.warmup_epochs)
+        schedule = {"model.kl_schedule.init_args.warmup_epochs": args.warmup_epochs, "plateau.min_epochs": first}
     grid = {
         "root": args.root or f"runs/feature_space/{name}",
         "configs": dataset["configs"] + args.config,

@@ -82,6 +82,7 @@ def test_feature_space_yahoo10k_is_the_papers_size_with_the_asked_schedule_and_i
     assert overrides["model.encoder_hidden_dim"] == 3 and "model.hidden_dim" not in overrides
     assert overrides["model.latent_dim"] == 3 and overrides["trainer.max_epochs"] == 104
     assert overrides["model.kl_schedule.init_args.warmup_epochs"] == 96 and overrides["plateau.min_epochs"] == 96
+    assert type(overrides["plateau.min_epochs"]) is int  # the CLI refuses 96.0 for an int option (a run failed so)
     assert overrides["model.init"] == "pytorch"
 
 
