@@ -1,5 +1,6 @@
-"""WAE-RNF's published IW-NLL estimator, kept as a diagnostic, beside the correct one on the same
-checkpoint and the same draws: how far the reference's number is from the NLL bound.
+"""WAE-RNF's reference-code IW-NLL estimator (its `--iw`; whether it made the published 339.0 is not
+verified, SPEC §12.7), kept as a diagnostic, beside the correct one on the same checkpoint and the
+same draws: how far the reference's number is from the NLL bound.
 
     seqvae rnf-nll RUN_DIR [--checkpoint best|last] [--split test|val] [--samples 500] [--seed 0] [--per-text FILE]
 
