@@ -213,6 +213,23 @@ def test_the_mutation_testing_paths_exist():
     assert [p for p in named if not (root / p).exists()] == []
 
 
+def test_an_installed_seqvae_ships_every_package():
+    """What pyproject tells setuptools to package is every package under seqvae/ (a listed set once
+    missed seqvae.store, which a non-editable install would have shipped without)."""
+    import tomllib
+    from setuptools import find_packages
+
+    root = PACKAGE.parent
+    config = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]
+    if "packages" in config and isinstance(config["packages"], list):
+        shipped = set(config["packages"])
+    else:
+        find = config["packages"]["find"]
+        shipped = set(find_packages(where=str(root), include=find.get("include", ["*"]), exclude=find.get("exclude", [])))
+    on_disk = {".".join(p.parent.relative_to(root).parts) for p in PACKAGE.rglob("__init__.py")}
+    assert shipped == on_disk
+
+
 TOOLS = ("seqvae.commands", "seqvae.analysis.compare", "seqvae.experiments.sweep", "seqvae.experiments.executors",
          "seqvae.experiments.grid", "seqvae.rundir.export", "seqvae.text.download", "seqvae.text.splits",
          "seqvae.config_sources", "seqvae.store.files")  # fmt: skip

@@ -1,4 +1,4 @@
-"""BN-VAE's bound check (`seqvae/bn_bound.py`): the warning line and metrics.json's `bn_bound`
+"""BN-VAE's bound check (`seqvae/core/bn_bound.py`): the warning line and metrics.json's `bn_bound`
 when the raw posterior means barely vary, silence for a healthy BN-VAE, and `seqvae compare`'s
 † marks for runs whose bound broke."""
 

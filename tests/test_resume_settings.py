@@ -5,6 +5,7 @@ tests/test_cli.py (test_resume_with_settings_that_change_the_computation_is_one_
 from __future__ import annotations
 
 from seqvae.training.resume import differences, flatten, may_change
+from seqvae.training.retest import EVAL_KEYS
 
 
 def test_flatten_gives_dotted_keys_and_keeps_lists_and_empty_sections():
@@ -42,3 +43,10 @@ def test_what_a_resume_may_change():
                 "plateau.patience", "seed_everything", "trainer.precision", "trainer.max_epochsX",
                 "model.generationX"):  # fmt: skip
         assert not may_change(key), key
+
+
+def test_every_evaluation_key_a_retest_keeps_may_also_change_on_resume():
+    """AIS at test (`--model.ais`) is an evaluation setting like K: changing it on a resume is not refused."""
+    assert "ais" in EVAL_KEYS
+    assert [k for k in EVAL_KEYS if not may_change(f"model.{k}")] == []
+    assert may_change("model.ais.init_args.steps")

@@ -24,7 +24,7 @@ Runs are compared only on the texts they were tested on (`test_texts_sha256` in 
 from before it was recorded count as tested on the same texts): a row whose runs were tested on
 different texts is named under the table, and a difference whose two sides (the runs it uses) were
 not all tested on the same texts is the difference of the means with no interval, named not comparable.
-A BN-VAE run whose metrics.json says its bound broke (`bn_bound`, `seqvae/bn_bound.py`) has the values
+A BN-VAE run whose metrics.json says its bound broke (`bn_bound`, `seqvae/core/bn_bound.py`) has the values
 of its posterior means (KL, AU, MI, IW-NLL, PPL, ...) marked † in its row and in differences it enters.
 """
 

@@ -1,6 +1,6 @@
 """Differences to a baseline with 95% intervals (`seqvae compare --baseline`): paired by seed
 (t-interval over the common seeds), unpaired (Welch), or — one run per side — paired by test text
-from the runs' per-text files. See `seqvae/compare.py` for when each applies; `cells.py` renders them
+from the runs' per-text files. See `seqvae/analysis/compare.py` for when each applies; `cells.py` renders them
 and adds what depends on both sides (K, seeds needed).
 """
 

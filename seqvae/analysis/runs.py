@@ -289,7 +289,7 @@ def test_texts_notes(groups: list[dict]) -> list[str]:
 # ---------------------------------------------------------------- BN-VAE runs whose bound broke
 
 # The metrics of the posterior means that BN-VAE's BatchNorm feeds (metric_spec's bn_sensitive): in
-# a run whose bound broke (metrics.json `bn_bound`, `seqvae/bn_bound.py`) they are not BN-VAE's and are marked.
+# a run whose bound broke (metrics.json `bn_bound`, `seqvae/core/bn_bound.py`) they are not BN-VAE's and are marked.
 BN_MARK = "†"
 
 

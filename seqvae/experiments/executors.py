@@ -75,7 +75,7 @@ QUEUED_STATES = ("PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "CONFIGUR
 # ------------------------------------------------------------------------------------- submitit
 def add_arguments(parser) -> None:
     """`--executor` and the `--slurm.KEY VALUE` overrides of `seqvae sweep`."""
-    help = "where cells run: local subprocesses (default), SLURM jobs or local submitit jobs (seqvae/executors.py)"
+    help = "where cells run: local subprocesses (default), SLURM jobs or local submitit jobs (seqvae/experiments/executors.py)"
     parser.add_argument("--executor", choices=EXECUTORS, default="local", help=help)
     for key in SLURM_KEYS:
         parser.add_argument(f"--slurm.{key}", dest=f"slurm_{key}", metavar="V", help=f"overrides the grid's slurm.{key}")

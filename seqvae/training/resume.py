@@ -22,6 +22,7 @@ from seqvae.errors import ConfigError
 from seqvae.store.checkpoints import load_checkpoint
 from seqvae.store.files import CONFIG
 from seqvae.text.corpus import Vocabulary
+from seqvae.training.retest import EVAL_KEYS
 
 # Dotted keys, or sections (a key and everything under it), that a resume may change.
 MAY_CHANGE = (
@@ -45,12 +46,9 @@ MAY_CHANGE = (
     "periodic_checkpoint",
     "text_samples",
     "latent_dimensions",
-    # evaluation only (the same keys keep the command's value when a checkpoint is scored: retest.EVAL_KEYS)
-    "model.val_iw_samples",
-    "model.test_iw_samples",
-    "model.iw_max_elements",
-    "model.mi_dataset",
-    "model.eval_seed",
+    # evaluation only: the keys that keep the command's value when a checkpoint is scored (taken from
+    # retest.EVAL_KEYS, so a key added there is resumable too: a copy here once missed model.ais)
+    *(f"model.{key}" for key in EVAL_KEYS),
     "model.generation",
     "data.test",
     "data.test_lines",
