@@ -88,7 +88,8 @@ def test_feature_space_yahoo10k_is_the_papers_size_with_the_asked_schedule_and_i
 
 def test_the_long_warmup_script_trains_six_cells_two_at_a_time_then_draws_each_init(tmp_path):
     """scripts/feature_space_long.sh with a stand-in python that records its calls: each (init, variant) once on
-    one thread, then one drawing call per init over all three variants (issue 50's Figures 2-3)."""
+    one thread, then one drawing call per init over all three variants (issue 50's Figures 2-3), then an export of
+    each finished run's small files."""
     import os
     import subprocess
 
@@ -96,10 +97,16 @@ def test_the_long_warmup_script_trains_six_cells_two_at_a_time_then_draws_each_i
     fake = tmp_path / "python"
     fake.write_text(f'#!/bin/sh\necho "$OMP_NUM_THREADS $*" >> {log}\n')
     fake.chmod(0o755)
-    proc = subprocess.run(["bash", "scripts/feature_space_long.sh"], cwd=REPO, env={**os.environ, "PYTHON": str(fake)},
-                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    finished = tmp_path / "runs/feature_space/yahoo10k_long_pytorch/cosine/seed1"  # the one run that has finished
+    finished.mkdir(parents=True)
+    (finished / "metrics.json").write_text("{}")
+    proc = subprocess.run(["bash", str(REPO / "scripts/feature_space_long.sh")], cwd=tmp_path,
+                          env={**os.environ, "PYTHON": str(fake)}, capture_output=True, text=True, timeout=60)  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     calls = log.read_text().splitlines()
+    export = "docs/results/feature_space_long/pytorch/cosine/seed1"
+    assert calls[8:] == [f"1 -m seqvae export runs/feature_space/yahoo10k_long_pytorch/cosine/seed1 {export}"]
+    calls = calls[:8]
     study = "scripts/studies.py feature-space --dataset yahoo10k --epochs 104 --warmup-epochs 96"
     cells = {
         f"1 {study} --init {i} --tag long_{i} --variants {v}" for i in ("reference", "pytorch") for v in ("last", "cosine", "max")
