@@ -271,3 +271,75 @@ def test_interpolate_runs_between_the_posterior_means_the_decoder_reads(monkeypa
     torch.testing.assert_close(z[0], q.mean[0])
     torch.testing.assert_close(z[-1], q.mean[1])
     assert not torch.allclose(q.mean, q.params()[0])  # the flow moved the means: the old endpoints were wrong
+
+
+def random_flow_posterior(seed: int, texts: int = 3, z_dim: int = 3) -> PlanarFlowGaussian:
+    """Three random planar layers: two biased into tanh's tails (they mostly shift z, so log p(z_K) ≠ log p(z0))
+    and one near 0 (it stretches: S ≠ 0), over a random diagonal Gaussian per text."""
+    g = gen(seed)
+    flow = flow_with(torch.randn(3, z_dim, generator=g, dtype=F64), torch.randn(3, z_dim, generator=g, dtype=F64),
+                     torch.tensor([1.5, 0.3, -1.5], dtype=F64))  # fmt: skip
+    mu = torch.randn(texts, z_dim, generator=g, dtype=F64)
+    logvar = 0.5 * torch.randn(texts, z_dim, generator=g, dtype=F64)
+    return PlanarFlowGaussian(DiagonalGaussian(mu, logvar), flow)
+
+
+def test_the_flow_kl_is_the_monte_carlo_kl_of_q_k_with_the_prior_at_z_k():
+    """q.kl() (training's KL term and test/kl) against E[log q0(z0) − S(z0) − log N(z_K)] computed here from
+    torch.distributions on draws of its own (SPEC §12.6); the wrong variants (prior at z0, S added) are far off."""
+    q = random_flow_posterior(7)
+    n = 200_000
+    with torch.no_grad():
+        q.sample(n, gen(8))
+        d = q.last_draw()
+        correction = log_standard_normal(d.z0) - log_standard_normal(d.zk) - d.log_det  # (B, n)
+        kl, kl_se = q.kl(), correction.std(1) / math.sqrt(n)
+        sd = (0.5 * q.base.logvar).exp()
+        z0 = q.base.mu.unsqueeze(1) + sd.unsqueeze(1) * torch.randn(3, n, 3, generator=gen(9), dtype=F64)
+        zk, s, _ = q.flow(z0)
+        log_q0 = torch.distributions.Normal(q.base.mu.unsqueeze(1), sd.unsqueeze(1)).log_prob(z0).sum(-1)
+        log_p_zk = torch.distributions.Normal(0.0, 1.0).log_prob(zk).sum(-1)
+        own = log_q0 - s - log_p_zk
+    est, est_se = own.mean(1), own.std(1) / math.sqrt(n)
+    tolerance = 4 * (kl_se**2 + est_se**2).sqrt()
+    assert bool(((kl - est).abs() < tolerance).all()), (kl, est, tolerance)
+    log_p_z0 = torch.distributions.Normal(0.0, 1.0).log_prob(z0).sum(-1)
+    for wrong in (log_q0 - s - log_p_z0, log_q0 + s - log_p_zk):  # the prior at z0; S added, not subtracted
+        assert bool(((wrong.mean(1) - est).abs() > 2 * tolerance).all())  # the check above would see them
+
+
+def test_the_log_det_has_weight_one_in_the_training_loss_whatever_the_kl_weight():
+    """SPEC §12.4: loss = rec + w·[log q0(z0) − log N(z_K)] − S (+ penalties): S at weight 1, not w. seqvae's
+    w·kl() holds −w·S, `unweighted_log_det` adds −(1 − w)·S; together: w·(KL0 + log p(z0) − log p(z_K)) − S."""
+    q = random_flow_posterior(11)
+    posterior = PlanarFlowPosterior(flows=3, unweighted_log_det=True)
+    with torch.no_grad():
+        q.sample(1, gen(12))
+        d = q.last_draw()
+        for w in (0.0, 0.3, 0.8):
+            total = w * q.kl().mean() + posterior.training_terms(q, w)["log_det"]
+            kl_without_s = (q.base.kl() + log_standard_normal(d.z0[:, 0]) - log_standard_normal(d.zk[:, 0])).mean()
+            expected = w * kl_without_s - d.log_det[:, 0].mean()
+            assert abs(float(total - expected)) < 1e-12
+        assert "log_det" not in PlanarFlowPosterior(flows=3).training_terms(q, 0.3)  # off unless asked (a β-ELBO then)
+
+
+def test_a_decoder_that_ignores_z_gives_the_exact_nll_with_no_flow_and_a_bound_within_the_kl_with_flows():
+    """SPEC §12 check 4: log p(x|z) = c for every z. With 0 flows and q0 = N(0, I) the IW-NLL is −c exactly;
+    with random flows IW-NLL − (−c) = −log mean_k p(z_K)/q_K(z_K) lies in [0, KL(q_K ‖ p)] on average over texts."""
+    c = torch.tensor([-40.0, -55.5, -71.25], dtype=F64)
+    ll = lambda z: c.unsqueeze(1).expand(-1, z.size(1))  # noqa: E731
+    prior = PlanarFlowGaussian(DiagonalGaussian(torch.zeros(3, 4, dtype=F64), torch.zeros(3, 4, dtype=F64)),
+                               PlanarFlow(4, 0).to(F64))  # fmt: skip
+    with torch.no_grad():
+        exact = iw_nll_from_weights(posterior_iw_log_weights(ll, prior, 50, 7, gen(13)))
+        assert float((exact + c).abs().max()) < 1e-6
+        q = random_flow_posterior(14, z_dim=4)
+        gaps = iw_nll_from_weights(posterior_iw_log_weights(ll, q, 50, 7, gen(15))) + c  # (B,) per text
+        draws = torch.stack([iw_nll_from_weights(posterior_iw_log_weights(ll, q, 50, 7, gen(100 + r))) + c for r in range(200)])
+        q.sample(20_000, gen(16))
+        kl = q.kl()
+    mean, se = draws.mean(0), draws.std(0) / math.sqrt(draws.size(0))
+    assert bool((gaps.isfinite()).all())
+    assert bool((mean > -3 * se).all()) and bool((mean < kl + 3 * se).all()), (mean, kl)
+    assert bool((mean > 5 * se).all())  # the flows make q_K ≠ p: the bound is not the exact NLL
