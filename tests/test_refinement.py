@@ -102,12 +102,53 @@ def test_end_to_end_gradient_equals_finite_differences_in_float64():
             assert abs(numeric - analytic) <= 1e-7 + 1e-6 * abs(analytic), (name, i, numeric, analytic)
 
 
+def test_a_binding_clip_scales_the_step_by_a_constant(monkeypatch):
+    """The reference clips each step's gradient by min(1, c/‖g‖) taken as a number: with the clip binding, the end-to-end
+    gradients equal those of a run whose clip factors are replaced by the same values as Python floats (a factor left
+    in the graph would add its own derivative)."""
+    from seqvae.core import refinement
+
+    refine = SVIRefinement(steps=3, lr=1.0, clip=0.05)
+    model = tiny_model(refine, init="pytorch", dropout_in=0.0, dropout_out=0.0, fused_output=False).double()
+    batch, factors, original = tiny_batch(b=3), [], refinement.clip_factor
+
+    def recorded(g, max_norm):
+        factors.append(float(original(g, max_norm)))
+        return original(g, max_norm)
+
+    monkeypatch.setattr(refinement, "clip_factor", recorded)
+    _, grads = loss_and_grads(model, batch)
+    assert len(factors) == 6 and max(factors) < 0.5  # two gradients per step, every clip binding
+    constants = iter(factors)
+    monkeypatch.setattr(refinement, "clip_factor", lambda g, max_norm: next(constants))
+    _, as_numbers = loss_and_grads(model, batch)
+    for name, g in grads.items():
+        assert torch.allclose(g, as_numbers[name], rtol=1e-12, atol=1e-14), name
+
+
+def test_a_clip_that_never_binds_changes_no_gradient():
+    """SPEC §13 check 6: thresholds 10× apart, every step's norm below both: the same gradients (to 1e-6 relative)."""
+    grads = []
+    for clip in (5.0, 50.0):
+        model = tiny_model(SVIRefinement(steps=3, lr=1.0, clip=clip), init="pytorch", dropout_in=0.0, dropout_out=0.0,
+                           fused_output=False).double()  # fmt: skip
+        record = []
+        q, _ = model.encoder.encode(tiny_batch(b=3)["tokens"], tiny_batch(b=3)["lengths"])
+        model.refine.path(model, q, tiny_batch(b=3)["tokens"], tiny_batch(b=3)["lengths"], None, 0.7, record=record)
+        assert max(float(g.norm()) for step in record for g in step["grads"]) < 5.0
+        grads.append(loss_and_grads(model, tiny_batch(b=3))[1])
+    for name, g in grads[0].items():
+        assert torch.allclose(g, grads[1][name], rtol=1e-6, atol=1e-12), name
+
+
 def test_momentum_recursion_on_a_quadratic_and_the_batch_mean_step():
     """SPEC §13 check 3, with the decoder replaced by ½λᵀAλ (clipping off): 10 heavy-ball steps equal the closed-form
     recursion; texts of a batch each move by 1/B of their own gradient (f is a batch mean)."""
     a = torch.tensor([[2.0, 0.5], [0.5, 1.0]], dtype=torch.float64)
     refine = SVIRefinement(steps=10, lr=1.0, momentum=0.5, clip=float("inf"))
-    refine.objective = lambda model, tokens, lengths, inputs, mu, logvar, eps, w: 0.5 * ((mu @ a) * mu).sum(-1).mean() + 0 * logvar.sum()
+    refine.objective = lambda model, tokens, lengths, inputs, mu, logvar, eps, w: (
+        0.5 * ((mu @ a) * mu).sum(-1).mean() + 0 * logvar.sum()
+    )
     start = torch.tensor([[1.0, -2.0]] * 4, dtype=torch.float64)
     out = refine.path(None, DiagonalGaussian(start, torch.zeros_like(start)), None, None, None, 1.0)
     lam, p = start[0].clone(), None
@@ -124,7 +165,7 @@ def test_a_decoder_that_ignores_z_gets_the_kl_gradient_alone():
     model = tiny_model(init="pytorch").double().eval()
     with torch.no_grad():
         model.decoder.z_to_c0.weight.zero_()  # z enters the decoder's initial state and every step's input
-        model.decoder.lstm.weight_ih_l0[:, -TINY["latent_dim"]:].zero_()
+        model.decoder.lstm.weight_ih_l0[:, -TINY["latent_dim"] :].zero_()
     batch, w = tiny_batch(b=4), 0.3
     mu = torch.randn(4, 4, dtype=torch.float64)
     logvar = torch.randn(4, 4, dtype=torch.float64)
