@@ -29,7 +29,13 @@ from seqvae.core.generation import check_predict_inputs, predicted_lines, read_p
 from seqvae.core.model import AGGRESSIVE_DDP, NonFiniteError, SeqVAE, pretrained_encoder
 from seqvae.errors import ConfigError, CorpusError, union_choice_error
 from seqvae.options import check_parsed
-from seqvae.rundir.guards import beside_a_finished_run, check_checkpoint_file, check_save_dir, fit_checkpoint
+from seqvae.rundir.guards import (
+    beside_a_finished_run,
+    check_checkpoint_file,
+    check_save_dir,
+    fit_checkpoint,
+    not_a_finished_run,
+)
 from seqvae.rundir.results import fit_totals, write_fit_curves, write_predictions, write_test_results
 from seqvae.rundir.run_dir_callbacks import PerTextRows, RunCheckpoint, RunDirConfig
 from seqvae.store.checkpoints import unshare
@@ -142,6 +148,7 @@ class SeqVAECLI(LightningCLI):
         if ckpt and Path(ckpt).is_file():
             same_vocabulary(ckpt, self.datamodule.vocab)
             check_resume(self._subcommand_parsers["fit"], self.config["fit"], ckpt)  # other settings: refused
+            not_a_finished_run(self.trainer.log_dir)  # extended elsewhere, not in place
         if self.model.hparams.init_encoder_from and self.model.encoder is not None:  # refused before the run directory exists
             pretrained_encoder(self.model.hparams.init_encoder_from, self.model.encoder, self.datamodule.vocab, mmap=True)
         if self.trainer.world_size > 1 and self.model.aggressive is not None:

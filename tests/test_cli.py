@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 DEMO_CONFIG = REPO / "configs" / "demo.yaml"
@@ -310,13 +311,16 @@ def build_jobs(tmp: Path, corpus: dict[str, Path]) -> Jobs:
         ["fit", *base_args(corpus, resume_save), "--trainer.logger.init_args.version", "v"], cwd, urgent=True
     )
 
-    def resume_second():
+    def resume_second():  # the finished run v: refused in place, then trained further into v2 from its last.ckpt
         first = jobs.result("resume_first").ok()
         run = resume_save / "demo" / "v"
-        before = {name: (run / name).read_bytes() for name in ("config.yaml", "metrics.json")}
-        args = [*base_args(corpus, resume_save, epochs=2), "--trainer.logger.init_args.version", "v"]
-        args += ["--model.test_iw_samples", "4"]  # an evaluation setting: may change on resume
-        return first, before, seqvae(["fit", *args, "--ckpt_path", run / "checkpoints" / "last.ckpt"], cwd, urgent=True)
+        before = files(run)
+        args = [*base_args(corpus, resume_save, epochs=2), "--model.test_iw_samples", "4"]  # evaluation: may change
+        last = ["--ckpt_path", run / "checkpoints" / "last.ckpt"]
+        in_place = seqvae(["fit", *args, "--trainer.logger.init_args.version", "v", *last], cwd, urgent=True)
+        after = files(run)
+        second = seqvae(["fit", *args, "--trainer.logger.init_args.version", "v2", *last], cwd)
+        return first, before, in_place, after, second, files(run)
 
     specs["resume_second"] = resume_second
     specs["validate"] = lambda: seqvae(
@@ -356,6 +360,8 @@ def build_jobs(tmp: Path, corpus: dict[str, Path]) -> Jobs:
         run = jobs.result("crlf").ok().wrote.parent
         moved = tmp / "moved" / "demo" / run.name
         shutil.copytree(run, moved)
+        for name in ("metrics.json", "per_text.csv"):  # as an interrupted run's copy: a finished run is not resumed
+            (moved / name).unlink()
         args = [*base_args(corpus, tmp / "moved", train=corpus["crlf"], epochs=2), "--trainer.logger.init_args.version", run.name]
         return moved, seqvae(["fit", *args, "--ckpt_path", moved / "checkpoints" / "last.ckpt"], cwd)
 
@@ -541,29 +547,30 @@ def test_test_subcommand_never_overwrites(jobs, main_run):
 
 # ------------------------------------------------------------------------------------- 3. resume
 @needs("resume_first", "resume_second")
-def test_resume_keeps_config_and_never_overwrites_metrics(jobs):
-    first, before, second = jobs.result("resume_second")
-    second.ok()
+def test_a_finished_run_is_trained_further_in_another_directory_never_in_place(jobs):
+    first, before, in_place, after, second, after_second = jobs.result("resume_second")
     run = first.wrote.parent
     assert first.wrote == run / "metrics.json" and run.name == "v"
-    assert second.wrote == run / "metrics-2.json"
-    # max_epochs may change on resume: said in one line, and config.yaml records the value that ran
+    # in place: one line, and the finished run untouched (before: a metrics-2.json that compare and export never read)
+    assert_one_error_line(in_place, ["ckpt_path", f"{run} is a finished run", "trainer.logger.init_args.version"])
+    assert after == before
+    second.ok()
+    longer = run.parent / "v2"
+    assert second.wrote == longer / "metrics.json"
     # max_epochs and test_iw_samples may change on resume: said in one line, and config.yaml and
     # hparams.yaml record the values that ran
-    changes = "model.test_iw_samples 3 -> 4, trainer.max_epochs 1 -> 2"
+    changes = "model.test_iw_samples 3 -> 4, trainer.logger.init_args.version v -> v2, trainer.max_epochs 1 -> 2"
     assert f"seqvae: resuming {run / 'checkpoints' / 'last.ckpt'} with {changes} (" in second.stderr, second.describe()
-    recorded = before["config.yaml"].replace(b"  max_epochs: 1\n", b"  max_epochs: 2\n")
-    recorded = recorded.replace(b"  test_iw_samples: 3\n", b"  test_iw_samples: 4\n")
-    assert recorded.count(b": 2\n") > before["config.yaml"].count(b": 2\n") and b"test_iw_samples: 4" in recorded
-    assert (run / "config.yaml").read_bytes() == recorded
-    assert "test_iw_samples: 4\n" in (run / "hparams.yaml").read_text()
-    assert (run / "metrics.json").read_bytes() == before["metrics.json"], "resume overwrote metrics.json"
-    m1, m2 = load_metrics(run / "metrics.json"), load_metrics(run / "metrics-2.json")
+    recorded = yaml.safe_load((longer / "config.yaml").read_text())
+    assert recorded["trainer"]["max_epochs"] == 2 and recorded["model"]["test_iw_samples"] == 4
+    assert recorded["ckpt_path"] == str(run / "checkpoints" / "last.ckpt")
+    assert "test_iw_samples: 4\n" in (longer / "hparams.yaml").read_text()
+    m1, m2 = load_metrics(run / "metrics.json"), load_metrics(longer / "metrics.json")
     assert m1["epochs"] == 1 and m2["epochs"] == 2
     assert m2["updates"] == 2 * m1["updates"], "the update count did not continue from the checkpoint"
     assert m2["fit_seconds"] >= m1["fit_seconds"]
     assert all(math.isfinite(m2[k]) for k in TEST_KEYS)
-    assert sorted(p.name for p in run.parent.iterdir()) == ["v"], "resume opened another run directory"
+    assert after_second == before, "training further touched the finished run"
 
 
 # ------------------------------------------------------------------------------------- 4. validate

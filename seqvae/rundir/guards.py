@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from seqvae.errors import ConfigError
-from seqvae.store.files import CONFIG, LAST, checkpoint_path
+from seqvae.store.files import CONFIG, LAST, METRICS, checkpoint_path
 
 LIGHTNING_CHECKPOINTS = ("best", "last", "hpc", "registry")  # what Lightning resolves itself
 
@@ -56,22 +56,44 @@ def beside_a_finished_run(cfg, subcommand: str) -> None:
         print(note, file=sys.stderr)
 
 
+def not_a_finished_run(log_dir: str | None) -> None:
+    """A resume writes into `log_dir`: refused when that run has finished (its metrics.json written). Resumed in place
+    it would train and test again and write a second result set beside the first, and its metrics.json (what compare
+    and export read) would then disagree with its config.yaml and checkpoints (found by a new-user test). Checked
+    after the vocabulary and settings checks, so a resume that could not run anyway says why first."""
+    if log_dir and (Path(log_dir) / METRICS).is_file():
+        raise ConfigError(
+            f"ckpt_path: {log_dir} is a finished run (metrics.json): it is not resumed in place; to train it "
+            f"further, give another trainer.logger.init_args.version with --ckpt_path {checkpoint_path(log_dir, LAST)}"
+        )
+
+
 def fit_checkpoint(ckpt: str | None, log_dir: str | None) -> str | None:
     """The checkpoint `fit` resumes from. Lightning's "last" is this run directory's last.ckpt,
     found here so that it gets the resume checks (where there is none Lightning would train from
     scratch, only warning). Without one, a run directory that already holds a run is refused,
     before Lightning writes anything there (its own refusal came after a new TensorBoard events
     file was added to the old run)."""
+    run = Path(log_dir) if log_dir else None
+    started = run is not None and (run / CONFIG).exists()
+    never_saved = (
+        f"{log_dir} holds a run that stopped before its first checkpoint (config.yaml, no checkpoint, no "
+        f"metrics.json): delete that directory to start it again, or give another version"
+    )
     if ckpt == "last":
         last = checkpoint_path(log_dir or ".", LAST)
         if not last.is_file():
+            if started:
+                raise ConfigError(f"ckpt_path: last: {never_saved}")
             raise ConfigError(
                 f"ckpt_path: last: no {last} to resume (name the run with trainer.logger.init_args.version, "
                 "or give the checkpoint's path)"
             )
         return str(last)
-    if not ckpt and log_dir and (Path(log_dir) / CONFIG).exists():
+    if not ckpt and started:
         last = checkpoint_path(log_dir, LAST)
+        if not last.is_file():
+            raise ConfigError(f"trainer.logger.init_args.version: {never_saved}")
         raise ConfigError(
             f"trainer.logger.init_args.version: {log_dir} already holds a run (config.yaml): give another "
             f"version (or none: the next free one), or resume it with --ckpt_path {last}"
