@@ -33,11 +33,34 @@ def config_files(argv: list[str]) -> list[str]:
     return given
 
 
+class DuplicateKey(yaml.MarkedYAMLError):
+    def __init__(self, key, mark, first):
+        problem = f"key {key!r} given twice (first at line {first.line + 1}): the later one would silently replace it"
+        super().__init__(problem=problem, problem_mark=mark)
+
+
+class UniqueKeyLoader(yaml.SafeLoader):
+    """YAML's own loaders keep the last of two equal keys of a mapping without a word: two `model:` blocks in one
+    file lost the first block's settings (found by a new-user walkthrough). This one refuses them."""
+
+    def construct_mapping(self, node, deep=False):
+        seen = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *anchor`: merged by the base class
+                continue
+            key = self.construct_object(key_node, deep=True)
+            if isinstance(key, (str, int, float, bool)):
+                if key in seen:
+                    raise DuplicateKey(key, key_node.start_mark, seen[key])
+                seen[key] = key_node.start_mark
+        return super().construct_mapping(node, deep)
+
+
 def load_yaml(path: str):
-    """A `--config` file's content; a YAML syntax error names the file, line and column
-    (jsonargparse reports it as found in "<unicode string>")."""
+    """A `--config` file's content; a YAML syntax error, or a key given twice in one mapping, names the file, line
+    and column (jsonargparse reports a syntax error as found in "<unicode string>" and keeps a repeated key's last value)."""
     try:
-        return yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+        return yaml.load(Path(path).read_text(encoding="utf-8"), Loader=UniqueKeyLoader)  # noqa: S506 (a SafeLoader)
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f":{mark.line + 1}:{mark.column + 1}" if mark is not None else ""

@@ -191,7 +191,7 @@ def test_unreadable_and_invalid_yaml(in_repo, tmp_path, capsys):
     path = write_grid(tmp_path / "bad.yaml", "root: [unclosed\n")
     assert sweep.main([str(path)]) == 2
     err = capsys.readouterr().err
-    assert err.startswith(f"seqvae sweep: error: {path}: not valid YAML: ") and err.count("\n") == 1
+    assert err.startswith(f"seqvae sweep: error: {path}:2:1: not valid YAML: ") and err.count("\n") == 1  # line:column
 
 
 def test_select_variants_and_seeds(in_repo, capsys):

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import yaml
 
+from seqvae.config_sources import UniqueKeyLoader
 from seqvae.experiments import cells as cell_state
 
 GRID_KEYS = ("root", "configs", "overrides", "seeds", "variants", "export", "slurm")
@@ -163,10 +164,13 @@ def load_grid(path: str | Path) -> list[Cell]:
     """Parses and checks a grid file; raises GridError with one line naming the file and the key."""
     path = Path(path)
     try:
-        grid = yaml.safe_load(path.read_text(encoding="utf-8"))
+        grid = yaml.load(path.read_text(encoding="utf-8"), Loader=UniqueKeyLoader)  # a key given twice: refused
     except OSError as err:
         raise GridError(f"{path}: cannot read: {err.strerror}") from None
     except yaml.YAMLError as err:
+        mark, problem = getattr(err, "problem_mark", None), getattr(err, "problem", None)
+        if mark is not None and problem:
+            raise GridError(f"{path}:{mark.line + 1}:{mark.column + 1}: not valid YAML: {problem}") from None
         raise GridError(f"{path}: not valid YAML: {' '.join(str(err).split())}") from None
     return grid_cells(grid, str(path))
 
