@@ -65,10 +65,11 @@ def test_scoring_a_checkpoint_reads_it_once(run, subcommand, monkeypatch):
 
 def test_a_resume_reads_its_checkpoint_once(run, monkeypatch):
     args, run_dir = run
-    last, best = run_dir / "checkpoints" / "last.ckpt", run_dir / "checkpoints" / "best.ckpt"
-    resume = ["fit", *args, "--trainer.max_epochs=2", "--trainer.logger.init_args.version=0", f"--ckpt_path={last}"]
+    # the finished run trained a second epoch into another directory (a finished run is not resumed in place)
+    last, best = run_dir / "checkpoints" / "last.ckpt", run_dir.parent / "longer" / "checkpoints" / "best.ckpt"
+    resume = ["fit", *args, "--trainer.max_epochs=2", "--trainer.logger.init_args.version=longer", f"--ckpt_path={last}"]
     reads, cli = reads_during(monkeypatch, resume)
-    assert reads == [str(last), str(best)]  # then fit's own test of best.ckpt
+    assert reads == [str(last), str(best)]  # then fit's own test of the new run's best.ckpt
     assert type(cli.trainer.strategy.checkpoint_io) is AtomicCheckpointIO  # and the run's writes stay atomic
 
 
