@@ -27,7 +27,7 @@ from pytorch_lightning.loggers import TensorBoardLogger
 from seqvae.config_sources import check_config_files, file_setting, integer_limits, set_by_user, settle_seeds, settle_splits
 from seqvae.core.generation import check_predict_inputs, predicted_lines, read_predict_inputs
 from seqvae.core.model import AGGRESSIVE_DDP, NonFiniteError, SeqVAE, pretrained_encoder
-from seqvae.errors import ConfigError, CorpusError, union_choice_error
+from seqvae.errors import ConfigError, CorpusError, class_option_error, union_choice_error, unrecognized_option_hint
 from seqvae.options import check_parsed
 from seqvae.rundir.guards import (
     beside_a_finished_run,
@@ -100,7 +100,15 @@ class SeqVAECLI(LightningCLI):
 
     def parse_arguments(self, parser, args):
         self._command_line = list(args) if isinstance(args, (list, tuple)) else sys.argv[1:] if args is None else []
-        super().parse_arguments(parser, args)
+        try:
+            super().parse_arguments(parser, args)
+        except ArgumentError as err:
+            if "unrecognized arguments" not in str(err):
+                raise
+            subcommands = parser._subcommands_action  # the subcommand's own parser knows its keys
+            named = next((a for a in self._command_line if subcommands and a in subcommands._name_parser_map), None)
+            keys = list((subcommands._name_parser_map[named] if named else parser).get_defaults().keys())
+            raise ArgumentError(None, unrecognized_option_hint(str(err), keys)) from None
         cfg = self.config[self.config["subcommand"]] if self.config.get("subcommand") else self.config
         seed = cfg.get("seed_everything")
         if isinstance(seed, int) and not isinstance(seed, bool) and not 0 <= seed < 2**32:  # before Lightning's traceback
@@ -231,7 +239,8 @@ def parse_only(fit_args: list[str]) -> str | None:
     except _Parsed:
         return None
     except (CorpusError, ArgumentError, ConfigError) as err:
-        return union_choice_error(" ".join(str(err).split())) or " ".join(str(err).split())
+        message = " ".join(str(err).split())
+        return class_option_error(message) or union_choice_error(message) or message
     except OmegaConfBaseException as err:
         return interpolation_error(err, fit_args)
     return None
@@ -250,7 +259,7 @@ def run_lightning(argv: list[str] | None = None) -> None:
         sys.exit(2)
     except (CorpusError, ArgumentError, ConfigError, NonFiniteError) as err:
         message = " ".join(str(err).split())  # one line, whatever jsonargparse nested
-        message = union_choice_error(message) or message
+        message = class_option_error(message) or union_choice_error(message) or message
         # The messages name the key, not the --config file that set it (unknown key, wrong type, out of range):
         # add the file, unless the command line set the key too (its value is the one refused).
         found = re.search(

@@ -28,3 +28,77 @@ def union_choice_error(message: str) -> str | None:
         allowed.append(", ".join(v.strip(" '\"") for v in literal.split(",")) if literal else names.get(cls, cls))
     got = f"; got {given.group(1).strip()!r}" if given else ""
     return f"{found.group(1)}: expected {' or '.join(allowed) if len(allowed) < 3 else ', '.join(allowed)}{got}"
+
+
+def class_option_error(message: str) -> str | None:
+    """jsonargparse's dump for a class given by class_path (`--model.kl_schedule seqvae.X`, or its
+    `init_args` on the command line or in a --config file) as one line naming the option and what is
+    wrong: the class that does not exist, the option the class does not have (with the nearest names),
+    the value of the wrong type. Before, all three read "expected …KLSchedule or null; got
+    NestedArg(…)", hiding which option was refused and why. None for any other message."""
+    import re
+
+    found = re.search(
+        r"Parser key \"([\w.]+)\":.*?Problem with given class_path '([\w.]+)': (.*?)"
+        r"(?: - Expected a <class 'NoneType'>| Given value type:|$)",
+        message,
+    )
+    if found is None:
+        return None
+    key, class_path, detail = found.groups()
+    if unknown := re.fullmatch(r"Option '([\w.]+)' is not accepted", detail.strip()):
+        option = unknown.group(1)
+        names = class_options(class_path)
+        near = _nearest(option, names)
+        hint = f"did you mean {near}?" if near else f"its options: {', '.join(names)}" if names else ""
+        return f"{key}.init_args.{option}: {class_path} has no option '{option}'" + (f" ({hint})" if hint else "")
+    if wrong := re.fullmatch(r"Parser key \"([\w.]+)\": Expected a <class '(\w+)'>\. Got value: (.*)", detail.strip()):
+        option, kind, value = wrong.groups()
+        kinds = {"float": "a number", "int": "an integer", "bool": "true or false", "str": "a string"}
+        return f"{key}.init_args.{option}: expected {kinds.get(kind, kind)}; got {value!r} ({class_path})"
+    if missing := re.fullmatch(r"module '([\w.]+)' has no attribute '(\w+)'", detail.strip()):
+        module, name = missing.groups()
+        near = _nearest(name, _public_names(module))
+        base = re.search(r"Subtypes: \[<class '[\w.]*?(\w+)'>", message)
+        wanted = f"a subclass of {base.group(1)}" if base else "a class"
+        return f"{key}: no class {class_path}" + (f" (did you mean {module}.{near}?)" if near else f" ({wanted} is expected)")
+    return f"{key}: {class_path}: {detail.strip()}"
+
+
+def class_options(class_path: str) -> list[str]:
+    """The keyword options a class's constructor takes (what `init_args` may set); [] if it is not importable."""
+    import importlib
+    import inspect
+
+    module, _, name = class_path.rpartition(".")
+    try:
+        cls = getattr(importlib.import_module(module), name)
+        params = inspect.signature(cls).parameters.values()
+    except (ImportError, AttributeError, TypeError, ValueError):
+        return []
+    return [p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+
+
+def unrecognized_option_hint(message: str, known: list[str]) -> str:
+    """argparse's "unrecognized arguments: --model.hiden_dim 3" with the nearest known option added."""
+    import re
+
+    found = re.search(r"unrecognized arguments:.*?--([\w.]+)", message)
+    near = _nearest(found.group(1), known) if found else None
+    return f"{message} (did you mean --{near}?)" if near else message
+
+
+def _public_names(module: str) -> list[str]:
+    import importlib
+
+    try:
+        return [n for n in dir(importlib.import_module(module)) if not n.startswith("_")]
+    except ImportError:
+        return []
+
+
+def _nearest(name: str, names: list[str]) -> str | None:
+    import difflib
+
+    close = difflib.get_close_matches(name, names, n=1, cutoff=0.75)
+    return close[0] if close else None

@@ -277,6 +277,21 @@ def test_a_bad_checkpoint_is_seqvaes_own_line(tmp_path):
     )
 
 
+@pytest.mark.parametrize(
+    "content", [b"hello\n", b'{"a": 1}\n', bytes(range(256)) * 8, b""], ids=["text", "json", "bytes", "empty"]
+)
+def test_a_file_that_is_no_checkpoint_at_all_is_unreadable_not_unsafe(tmp_path, content):
+    # Before: a text file gave a KeyError traceback from torch's unpickler; JSON and random bytes were
+    # "refused to load (it carries objects other than weights…)", as if the file were a hostile pickle.
+    from seqvae.store.checkpoints import load_checkpoint
+
+    bad = tmp_path / "bad.ckpt"
+    bad.write_bytes(content)
+    with pytest.raises(CorpusError) as err:
+        load_checkpoint(bad, "ckpt_path")
+    assert str(err.value).startswith(f"ckpt_path: {bad}: not a readable checkpoint ({len(content)} bytes:")
+
+
 def test_compare_groups_a_run_in_the_older_form_with_the_same_run_in_the_new_one(tmp_path):
     from seqvae.analysis.runs import load_run
 

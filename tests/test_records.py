@@ -60,6 +60,40 @@ def test_a_bad_union_choice_is_one_short_line_naming_what_is_allowed(corpus, tmp
     assert not (tmp_path / "runs").exists()
 
 
+# ------------------------------------------- a class given by class_path: its name, options, values
+@pytest.mark.parametrize(
+    "option, expected",
+    [
+        ("--model.kl_schedule=seqvae.LinearKLWarmp",
+         "model.kl_schedule: no class seqvae.LinearKLWarmp (did you mean seqvae.LinearKLWarmup?)"),
+        ("--model.kl_schedule=seqvae.Nothing", "model.kl_schedule: no class seqvae.Nothing (a subclass of KLSchedule is expected)"),
+        ("--model.kl_schedule.init_args.warmup_epoch=3",
+         "model.kl_schedule.init_args.warmup_epoch: seqvae.LinearKLWarmup has no option 'warmup_epoch' "
+         "(did you mean warmup_epochs?)"),
+        ("--model.kl_schedule.init_args.warmup_epochs=x",
+         "model.kl_schedule.init_args.warmup_epochs: expected a number; got 'x' (seqvae.LinearKLWarmup)"),
+        ("--model.hiden_dim=3", "unrecognized arguments: --model.hiden_dim=3 (did you mean --model.hidden_dim?)"),
+    ],
+)  # fmt: skip
+def test_a_bad_class_option_names_the_option_and_what_is_wrong(corpus, tmp_path, capsys, option, expected):
+    # Before: the first three read `model.kl_schedule: expected …KLSchedule or null; got "NestedArg(key=…)"`
+    # (or jsonargparse's 350-character dump), naming neither the option refused nor why.
+    line = one_error_line(*run(tiny(corpus, tmp_path / "runs", option), capsys))
+    assert line == expected
+    assert not (tmp_path / "runs").exists()
+
+
+def test_a_misspelt_init_arg_in_a_config_file_names_the_file(corpus, tmp_path, capsys):
+    bad = tmp_path / "schedule.yaml"
+    bad.write_text("model:\n  kl_schedule:\n    class_path: seqvae.LinearKLWarmup\n    init_args: {warmup_epoch: 3}\n")
+    line = one_error_line(*run(tiny(corpus, tmp_path / "runs", "--config", str(bad)), capsys))
+    assert line == (
+        "model.kl_schedule.init_args.warmup_epoch: seqvae.LinearKLWarmup has no option 'warmup_epoch' "
+        f"(did you mean warmup_epochs?) (in --config {bad})"
+    )
+    assert not (tmp_path / "runs").exists()
+
+
 # ---------------------------------------------------------------- item 2: the language model and z
 @pytest.mark.parametrize(
     "options, named",

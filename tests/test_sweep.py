@@ -279,9 +279,10 @@ def test_failing_cell_then_resume(in_repo, tiny, tmp_path, capsys):
     base = {"root": str(root), "configs": [DEMO, str(tiny / "tiny.yaml")], "seeds": [1, 2]}
     variants = [
         {"name": "ok", "overrides": {"model.pooling": "max"}},
-        {"name": "bad", "overrides": {"data.train": str(tiny / "missing.txt")}},
+        {"name": "bad", "overrides": {"data.train": str(tmp_path / "empty.txt")}},  # fails when its fit reads it
         {"name": "dep", "needs": ["bad"]},
     ]
+    (tmp_path / "empty.txt").write_text("\n")
     first = write_grid(tmp_path / "first.yaml", {**base, "variants": variants})
 
     # 1. The failing cells do not stop the others; the exit status says one failed.
@@ -294,7 +295,7 @@ def test_failing_cell_then_resume(in_repo, tiny, tmp_path, capsys):
         assert not (root / "dep" / f"seed{seed}").exists()
         assert f"seqvae sweep: [{3 * seed - 1}/6] bad/seed{seed}: FAILED (exit 2) after " in err
         assert f"seqvae sweep: [{3 * seed}/6] dep/seed{seed}: blocked: needs {root}/bad/seed{seed} finished first\n" in err
-    assert f"    seqvae: error: data.train: {tiny / 'missing.txt'}" in err  # the stderr tail of the failed cell
+    assert f"    seqvae: error: data.train: {tmp_path / 'empty.txt'}: no non-empty lines" in err  # the failed cell's stderr tail
     assert "seqvae sweep: 6 cells (2 ran, 2 failed, 2 blocked) in " in err
     assert "seqvae sweep: not finished: bad/seed1, dep/seed1, bad/seed2, dep/seed2\n" in err
     assert re.search(r"seqvae sweep: grid 1/6 done, 0 running, 5 left, \d+:\d\d elapsed, ETA \d+:\d\d\n", err)  # ok/seed1 ran
@@ -304,7 +305,9 @@ def test_failing_cell_then_resume(in_repo, tiny, tmp_path, capsys):
 
     # The dry run now skips the finished cells; the failed ones start again in a clean directory.
     # Issue 45, item 11: the dry run names the missing data file of the cells that would fail on it (exit 1).
-    assert sweep.main([str(first), "--dry-run"]) == 1
+    variants[1]["overrides"]["data.train"] = str(tiny / "missing.txt")
+    missing = write_grid(tmp_path / "missing.yaml", {**base, "variants": variants})
+    assert sweep.main([str(missing), "--dry-run"]) == 1
     out, err = capsys.readouterr()
     lines = out.splitlines()
     assert lines[0] == f"# [1/6] ok/seed1: finished, skip ({root}/ok/seed1/metrics.json)"
@@ -313,6 +316,16 @@ def test_failing_cell_then_resume(in_repo, tiny, tmp_path, capsys):
         f"data.train: no such file {tiny / 'missing.txt'}"
     )
     assert err.endswith("seqvae sweep: 2 cells would fail on a missing data file: bad/seed1, bad/seed2\n")
+    # Run, it starts no cell: one line, exit 2, nothing written (before: each such cell wrote a run
+    # directory, failed, and the sweep went on).
+    before = {p: snapshot(p) for p in sorted(root.glob("*/*"))}
+    assert sweep.main([str(missing)]) == 2
+    out, err = capsys.readouterr()
+    assert err == (
+        f"seqvae sweep: error: {missing}: bad/seed1: data.train: no such file {tiny / 'missing.txt'} (also bad/seed2); "
+        "no cell was started\n"
+    )
+    assert {p: snapshot(p) for p in sorted(root.glob("*/*"))} == before
 
     # 2. An interrupted cell (checkpoints, no metrics.json) resumes; a finished one is not touched.
     before = snapshot(root / "ok" / "seed1")

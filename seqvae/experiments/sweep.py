@@ -197,6 +197,19 @@ def missing_data_files(args: list[str]) -> list[str]:
     return [f"data.{split}: no such file {f}" for split, f in files.items() if not Path(f).is_file()]
 
 
+def check_data_files(cells: list[Cell]) -> None:
+    """Before any cell starts: a cell that would run (not finished, not exported) and names a data
+    file that does not exist stops the sweep in one line, instead of each such cell writing a
+    run directory and failing in turn. Reads no data (an empty or unreadable file still fails its cell)."""
+    for cell in cells:
+        missing = missing_data_files(cell.args) if cell.state() not in ("finished", "exported") else []
+        if missing:
+            same = [c.name for c in cells if c is not cell and c.state() not in ("finished", "exported")
+                    and missing_data_files(c.args) == missing]  # fmt: skip
+            also = f" (also {', '.join(same)})" if same else ""
+            raise GridError(f"{cell.name}: {'; '.join(missing)}{also}; no cell was started")
+
+
 def dry_run(cells: list[Cell]) -> int:
     """Prints what each cell would do and its command; 1 when a cell that would run names a data
     file that does not exist (it would fail), else 0."""
@@ -275,6 +288,8 @@ def main(argv: list[str] | None = None) -> int:
             check_finished_cells(cells)
             check_config_contents(cells)
             check_no_live_fits(cells, args.executor)
+            if not args.dry_run:  # the dry run lists every cell that would fail on a missing file
+                check_data_files(cells)
         except GridError as err:
             print(f"seqvae sweep: error: {args.grid}: {err}", file=sys.stderr)
             return 2

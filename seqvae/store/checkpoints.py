@@ -105,6 +105,7 @@ class LoaderIO(TorchCheckpointIO):
 
 def _load(path: str | Path, option: str, map_location, **kwargs) -> dict:
     import pickle
+    import zipfile
 
     declare_classes_of(path)
     try:
@@ -114,16 +115,22 @@ def _load(path: str | Path, option: str, map_location, **kwargs) -> dict:
     except IsADirectoryError:
         raise CorpusError(f"{option}: {path} is a directory, not a checkpoint file") from None
     except pickle.UnpicklingError as err:
+        if not zipfile.is_zipfile(path):  # not torch.save's zip at all (a text file, random bytes): unreadable, not unsafe
+            raise CorpusError(_unreadable(path, option)) from None
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise CorpusError(
             f"{option}: {path}: refused to load (it carries objects other than weights and seqvae's settings; "
             f"only load checkpoints you trust with torch.load(weights_only=False) yourself): {first}"
         ) from None
-    except (RuntimeError, EOFError, ValueError):
+    except Exception:  # noqa: BLE001 - arbitrary bytes make torch.load raise anything (KeyError for a text file)
         # torch's own text names its zip reader's internals (`PytorchStreamReader failed reading
-        # zip archive: failed finding central directory`), not what is wrong with the file.
-        size = Path(path).stat().st_size
-        raise CorpusError(
-            f"{option}: {path}: not a readable checkpoint ({size} bytes: truncated, or not a file written by "
-            "torch.save / seqvae fit)"
-        ) from None
+        # zip archive: failed finding central directory`, or `KeyError: 101` for a file of text),
+        # not what is wrong with the file.
+        raise CorpusError(_unreadable(path, option)) from None
+
+
+def _unreadable(path: str | Path, option: str) -> str:
+    size = Path(path).stat().st_size
+    return (
+        f"{option}: {path}: not a readable checkpoint ({size} bytes: truncated, or not a file written by torch.save / seqvae fit)"
+    )
