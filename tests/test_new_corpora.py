@@ -200,6 +200,23 @@ def test_fit_on_a_space_labelled_corpus_then_test_reads_text_as_the_checkpoint_d
     assert status == 0 and "label-like tokens" in err and f"{tokens + 5} predicted tokens" in err, err
 
 
+def test_a_fit_whose_training_text_has_no_unknown_word_warns_when_validation_has_some(tmp_path, capsys):
+    # A raw corpus read with min_freq 1 and no max_vocab: every training word is in the vocabulary,
+    # so the unknown token never occurs in training; validation's new words are all scored as it.
+    train, val = tmp_path / "train.txt", tmp_path / "valid.txt"
+    numbered_corpus(train, 30, sep="")
+    val.write_text("".join(f"the cat sat{i % 3} newword\n" for i in range(10)))
+    common = ["--model.test_iw_samples=2", "--trainer.max_epochs=1", f"--trainer.logger.init_args.save_dir={tmp_path}", *TINY]
+    status, err = run(["fit", f"--data.train={train}", f"--data.val={val}", f"--data.test={train}#1-5", *common], capsys)
+    assert status == 0, err
+    warnings = [line for line in err.splitlines() if "unknown to the vocabulary" in line]
+    assert len(warnings) == 1 and warnings[0].startswith("seqvae: warning: data.val: "), err
+    assert "and the training text had none: the model never learned the unknown token" in warnings[0]
+    status, err = run(["fit", f"--data.train={train}", f"--data.val={val}", f"--data.test={train}#1-5", "--data.min_freq=2",
+                       *common, "--trainer.logger.init_args.version=min_freq"], capsys)  # fmt: skip
+    assert status == 0 and "training text had none" not in err, err
+
+
 def test_scoring_on_another_corpus_warns_about_its_unknown_rate(tmp_path, capsys):
     train, other = tmp_path / "train.txt", tmp_path / "other.txt"
     numbered_corpus(train, 30, sep="")
@@ -212,7 +229,7 @@ def test_scoring_on_another_corpus_warns_about_its_unknown_rate(tmp_path, capsys
     status, err = run(["test", f"--ckpt_path={ckpt}", f"--data.test={other}", *common[:1],
                        f"--trainer.logger.init_args.save_dir={tmp_path}"], capsys)  # fmt: skip
     assert status == 0, err
-    assert "seqvae: warning: data.test: 66.67% of its tokens are unknown to the vocabulary, against 0.00% of the training" in err
+    assert "seqvae: warning: data.test: 66.67% of its tokens are unknown to the vocabulary, and the training text had none" in err
     assert (  # the checkpoint's vocabulary decides: no advice to set an option that scoring does not use
         "seqvae: warning: data.test: the checkpoint's unknown token '<unk>' never occurs in this text, but '[UNK]' occurs "
         "10 times: it is read as unknown, as a word outside it (the checkpoint's vocabulary decides; data.unk_token does "

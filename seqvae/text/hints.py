@@ -132,7 +132,15 @@ def data_line(split: str, s: dict) -> str:
 def unk_rate_hint(split: str, s: dict, train_rate: float | None) -> str | None:
     """A warning when an evaluation split has far more unknown tokens than the training text had
     (a checkpoint scored on another corpus: its IW-NLL is mostly the unknown token's): more than
-    twice the training rate and at least 5 points above it."""
+    twice the training rate and at least 5 points above it; or any unknown tokens at all when the
+    training text had none (a raw corpus with `min_freq: 1`, `max_vocab: null`): the model never
+    learned the unknown token, and such words cost whatever its untaught output gives them."""
+    if train_rate == 0 and s["unk_rate"] > 0:
+        return (
+            f"data.{split}: {100 * s['unk_rate']:.2f}% of its tokens are unknown to the vocabulary, and the training "
+            "text had none: the model never learned the unknown token, only that it never occurs, so each such word "
+            "costs many nats (train with --data.min_freq 2 or a --data.max_vocab so that training sees unknown words)"
+        )
     if train_rate is None or s["unk_rate"] <= max(2 * train_rate, train_rate + 0.05):
         return None
     return (
