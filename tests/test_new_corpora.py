@@ -217,6 +217,30 @@ def test_a_fit_whose_training_text_has_no_unknown_word_warns_when_validation_has
     assert status == 0 and "training text had none" not in err, err
 
 
+def test_a_text_far_longer_than_the_rest_is_named_with_its_line(tmp_path, capsys):
+    # Before: an 8,631-token line that never broke passed with no notice among verses of ~30 tokens;
+    # its batch's logits (batch × length × vocabulary) are what runs out of memory.
+    from seqvae.text.hints import long_text_hint
+
+    train = tmp_path / "train.txt"
+    numbered_corpus(train, 40, sep="")  # 8 tokens a line
+    with train.open("a") as f:
+        f.write(" ".join(["word"] * 601) + "\n" + "w41 the end\n")
+    corpus = read_corpus(str(train), None, False, None)
+    assert long_text_hint(corpus) == (
+        f"line 41 of {train} has 601 tokens, 75× the 99th percentile of its texts (8): its batch's logits take "
+        "batch_size × 601 × the vocabulary, and its NLL weighs on the mean; --data.max_length 16 skips such lines"
+    )
+    assert long_text_hint(read_corpus(str(train), None, False, 16)) is None  # skipped, as the line advises
+    assert long_text_hint(read_corpus(str(train), (1, 40), False, None)) is None
+    common = ["--model.test_iw_samples=2", "--trainer.max_epochs=1", f"--trainer.logger.init_args.save_dir={tmp_path}", *TINY]
+    status, err = run(["fit", f"--data.train={train}", f"--data.val={train}#1-20", f"--data.test={train}#1-20", *common], capsys)
+    assert status == 0, err
+    assert [line for line in err.splitlines() if "99th percentile" in line] == [
+        f"seqvae: warning: data.train: {long_text_hint(corpus)}"
+    ], err
+
+
 def test_scoring_on_another_corpus_warns_about_its_unknown_rate(tmp_path, capsys):
     train, other = tmp_path / "train.txt", tmp_path / "other.txt"
     numbered_corpus(train, 30, sep="")

@@ -129,6 +129,29 @@ def data_line(split: str, s: dict) -> str:
     )
 
 
+def long_text_hint(corpus: Corpus) -> str | None:
+    """A warning when a split's longest text is an outlier: over 500 tokens and more than 5 times
+    the 99th percentile of its texts' lengths (a file with one line that never broke, 8,631 tokens
+    among verses of ~30). Its batch holds batch_size × its length × the vocabulary in logits (GBs),
+    and its NLL dominates a per-text mean; nothing said so before the run ran out of memory."""
+    lengths = sorted(len(text) for text in corpus.texts)
+    if len(lengths) < 20:
+        return None
+    p99 = lengths[int(0.99 * (len(lengths) - 1))]  # of the others, where one outlier is all there is
+    longest = lengths[-1]
+    if longest <= 500 or longest <= 5 * p99:
+        return None
+    where = (
+        corpus.line_numbers[max(range(len(corpus.texts)), key=lambda i: len(corpus.texts[i]))] if corpus.line_numbers else None
+    )
+    line = f"line {where} of {corpus.path}" if where is not None else f"a text of {corpus.path}"
+    return (
+        f"{line} has {longest} tokens, {longest / p99:.0f}× the 99th percentile of its texts ({p99}): its batch's logits "
+        f"take batch_size × {longest} × the vocabulary, and its NLL weighs on the mean; --data.max_length {max(2 * p99, 1)} "
+        "skips such lines"
+    )
+
+
 def unk_rate_hint(split: str, s: dict, train_rate: float | None) -> str | None:
     """A warning when an evaluation split has far more unknown tokens than the training text had
     (a checkpoint scored on another corpus: its IW-NLL is mostly the unknown token's): more than
@@ -167,8 +190,15 @@ def report_data(trainer, dm, splits: tuple[str, ...]) -> None:
     if not trainer.is_global_zero or not splits:
         return
     summary = dm.summary()
+    warned = []  # splits may share one corpus (val = train)
     for split in splits:
         print(data_line(split, summary[split]), file=sys.stderr)
+        corpus = dm.corpora.get(split)
+        if corpus is not None and all(corpus is not c for c in warned):
+            warned.append(corpus)
+            hint = long_text_hint(corpus)
+            if hint is not None:
+                print(f"seqvae: warning: data.{split}: {hint}", file=sys.stderr)
     if "train" not in splits:  # scoring a checkpoint: its vocabulary's unknown token
         for split in splits:
             dm.unk_hint(split)
