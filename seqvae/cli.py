@@ -103,16 +103,8 @@ class SeqVAECLI(LightningCLI):
         try:
             super().parse_arguments(parser, args)
         except ArgumentError as err:
-            if "unrecognized arguments" not in str(err):
-                raise
-            subcommands = parser._subcommands_action  # the subcommand's own parser knows its keys
-            named = next((a for a in self._command_line if subcommands and a in subcommands._name_parser_map), None)
-            keys = list((subcommands._name_parser_map[named] if named else parser).get_defaults().keys())
-            raise ArgumentError(None, unrecognized_option_hint(str(err), keys)) from None
-        cfg = self.config[self.config["subcommand"]] if self.config.get("subcommand") else self.config
-        seed = cfg.get("seed_everything")
-        if isinstance(seed, int) and not isinstance(seed, bool) and not 0 <= seed < 2**32:  # before Lightning's traceback
-            raise ConfigError(f"seed_everything: must be in [0, 2**32 - 1], got {seed}")
+            raise with_nearest_option(err, parser, self._command_line) from None
+        check_seed(self.config)
 
     def before_instantiate_classes(self):
         cfg = self.config[self.subcommand] if self.subcommand else self.config
@@ -217,6 +209,25 @@ class _ParseOnly(SeqVAECLI):
         config = self.config[self.subcommand]
         check_parsed(config.model, config.data)
         raise _Parsed
+
+
+def check_seed(config) -> None:
+    """seed_everything out of range: one line, before Lightning's traceback."""
+    cfg = config[config["subcommand"]] if config.get("subcommand") else config
+    seed = cfg.get("seed_everything")
+    if isinstance(seed, int) and not isinstance(seed, bool) and not 0 <= seed < 2**32:
+        raise ConfigError(f"seed_everything: must be in [0, 2**32 - 1], got {seed}")
+
+
+def with_nearest_option(err: ArgumentError, parser, argv: list[str]) -> ArgumentError:
+    """argparse's "unrecognized arguments: --model.hiden_dim 3" with the nearest option the
+    subcommand knows (`did you mean --model.hidden_dim?`); any other error as it is."""
+    if "unrecognized arguments" not in str(err):
+        return err
+    subcommands = parser._subcommands_action  # the subcommand's own parser knows its keys
+    named = next((a for a in argv if subcommands and a in subcommands._name_parser_map), None)
+    keys = list((subcommands._name_parser_map[named] if named else parser).get_defaults().keys())
+    return ArgumentError(None, unrecognized_option_hint(str(err), keys))
 
 
 def interpolation_error(err: OmegaConfBaseException, argv: list[str]) -> str:

@@ -201,11 +201,11 @@ def check_data_files(cells: list[Cell]) -> None:
     """Before any cell starts: a cell that would run (not finished, not exported) and names a data
     file that does not exist stops the sweep in one line, instead of each such cell writing a
     run directory and failing in turn. Reads no data (an empty or unreadable file still fails its cell)."""
-    for cell in cells:
-        missing = missing_data_files(cell.args) if cell.state() not in ("finished", "exported") else []
+    to_run = [c for c in cells if c.state() not in ("finished", "exported")]
+    for cell in to_run:
+        missing = missing_data_files(cell.args)
         if missing:
-            same = [c.name for c in cells if c is not cell and c.state() not in ("finished", "exported")
-                    and missing_data_files(c.args) == missing]  # fmt: skip
+            same = [c.name for c in to_run if c is not cell and missing_data_files(c.args) == missing]
             also = f" (also {', '.join(same)})" if same else ""
             raise GridError(f"{cell.name}: {'; '.join(missing)}{also}; no cell was started")
 
