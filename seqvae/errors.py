@@ -39,8 +39,7 @@ def class_option_error(message: str) -> str | None:
     import re
 
     found = re.search(
-        r"Parser key \"([\w.]+)\":.*?Problem with given class_path '([\w.]+)': (.*?)"
-        r"(?: - Expected a <class 'NoneType'>| Given value type:|$)",
+        r"Parser key \"([\w.]+)\":.*?Problem with given class_path '([\w.]+)': (.*?)(?: - | Given value type:|$)",
         message,
     )
     if found is None:

@@ -73,6 +73,9 @@ def test_a_bad_union_choice_is_one_short_line_naming_what_is_allowed(corpus, tmp
         ("--model.kl_schedule.init_args.warmup_epochs=x",
          "model.kl_schedule.init_args.warmup_epochs: expected a number; got 'x' (seqvae.LinearKLWarmup)"),
         ("--model.hiden_dim=3", "unrecognized arguments: --model.hiden_dim=3 (did you mean --model.hidden_dim?)"),
+        ("--trainer.logger.init_args.save_dirr=x",  # a Union of three (a logger, a list of them, a bool)
+         "trainer.logger.init_args.save_dirr: pytorch_lightning.loggers.TensorBoardLogger has no option 'save_dirr' "
+         "(did you mean save_dir?)"),
     ],
 )  # fmt: skip
 def test_a_bad_class_option_names_the_option_and_what_is_wrong(corpus, tmp_path, capsys, option, expected):
