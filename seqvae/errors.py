@@ -45,6 +45,9 @@ def class_option_error(message: str) -> str | None:
     if found is None:
         return None
     key, class_path, detail = found.groups()
+    if detail.startswith('Parser key "') and "Does not validate against any of the Union subtypes" in detail:
+        inner = class_option_error(message[found.start(3) :])  # a class inside the class (WAE-RNF's mmd)
+        return f"{key}.init_args.{inner}" if inner else None
     if unknown := re.fullmatch(r"Option '([\w.]+)' is not accepted", detail.strip()):
         option = unknown.group(1)
         names = class_options(class_path)

@@ -211,7 +211,7 @@ def test_a_fit_whose_training_text_has_no_unknown_word_warns_when_validation_has
     assert status == 0, err
     warnings = [line for line in err.splitlines() if "unknown to the vocabulary" in line]
     assert len(warnings) == 1 and warnings[0].startswith("seqvae: warning: data.val: "), err
-    assert "and the training text had none: the model never learned the unknown token" in warnings[0]
+    assert "data.val: 20 of its 40 tokens (50%) are unknown to the vocabulary, and the training text had none: the " in warnings[0]
     status, err = run(["fit", f"--data.train={train}", f"--data.val={val}", f"--data.test={train}#1-5", "--data.min_freq=2",
                        *common, "--trainer.logger.init_args.version=min_freq"], capsys)  # fmt: skip
     assert status == 0 and "training text had none" not in err, err
@@ -228,17 +228,25 @@ def test_a_text_far_longer_than_the_rest_is_named_with_its_line(tmp_path, capsys
         f.write(" ".join(["word"] * 601) + "\n" + "w41 the end\n")
     corpus = read_corpus(str(train), None, False, None)
     assert long_text_hint(corpus) == (
-        f"line 41 of {train} has 601 tokens, 75× the 99th percentile of its texts (8): its batch's logits take "
-        "batch_size × 601 × the vocabulary, and its NLL weighs on the mean; --data.max_length 16 skips such lines"
+        f"line 41 of {train} has 601 tokens, 75× the 90th percentile of its texts (8): its batch is padded to it (time, "
+        "memory) and its NLL weighs on the per-text mean; --data.max_length 16 skips such lines"
     )
+    two = tmp_path / "two.txt"  # two runaway lines in a small file do not hide each other (a 99th percentile would)
+    runaway = {5: 700, 30: 650}
+    two.write_text("".join((" ".join(["w"] * runaway[i]) if i in runaway else f"w{i} the cat sat") + "\n" for i in range(50)))
+    assert long_text_hint(read_corpus(str(two), None, False, None)).startswith(f"line 6 of {two} has 700 tokens, 175× the 90th")
     assert long_text_hint(read_corpus(str(train), None, False, 16)) is None  # skipped, as the line advises
     assert long_text_hint(read_corpus(str(train), (1, 40), False, None)) is None
     common = ["--model.test_iw_samples=2", "--trainer.max_epochs=1", f"--trainer.logger.init_args.save_dir={tmp_path}", *TINY]
     status, err = run(["fit", f"--data.train={train}", f"--data.val={train}#1-20", f"--data.test={train}#1-20", *common], capsys)
     assert status == 0, err
-    assert [line for line in err.splitlines() if "99th percentile" in line] == [
+    assert [line for line in err.splitlines() if "90th percentile" in line] == [
         f"seqvae: warning: data.train: {long_text_hint(corpus)}"
     ], err
+    ckpt = next(tmp_path.glob("**/checkpoints/best.ckpt"))  # predict reads its file whole: no max_length advice
+    status, err = run(["predict", f"--ckpt_path={ckpt}", f"--data.predict={train}", f"--trainer.logger.init_args.save_dir={tmp_path}",
+                       "--trainer.logger.init_args.version=p"], capsys)  # fmt: skip
+    assert status == 0 and "percentile" not in err, err
 
 
 def test_scoring_on_another_corpus_warns_about_its_unknown_rate(tmp_path, capsys):
@@ -253,7 +261,7 @@ def test_scoring_on_another_corpus_warns_about_its_unknown_rate(tmp_path, capsys
     status, err = run(["test", f"--ckpt_path={ckpt}", f"--data.test={other}", *common[:1],
                        f"--trainer.logger.init_args.save_dir={tmp_path}"], capsys)  # fmt: skip
     assert status == 0, err
-    assert "seqvae: warning: data.test: 66.67% of its tokens are unknown to the vocabulary, and the training text had none" in err
+    assert "seqvae: warning: data.test: 40 of its 60 tokens (67%) are unknown to the vocabulary, and the training text had none" in err
     assert (  # the checkpoint's vocabulary decides: no advice to set an option that scoring does not use
         "seqvae: warning: data.test: the checkpoint's unknown token '<unk>' never occurs in this text, but '[UNK]' occurs "
         "10 times: it is read as unknown, as a word outside it (the checkpoint's vocabulary decides; data.unk_token does "

@@ -97,6 +97,21 @@ def test_a_misspelt_init_arg_in_a_config_file_names_the_file(corpus, tmp_path, c
     assert not (tmp_path / "runs").exists()
 
 
+def test_a_misspelt_option_of_a_class_inside_a_class_names_the_whole_path(corpus, tmp_path, capsys):
+    # Before: "model.posterior: seqvae.PlanarFlowPosterior: Parser key "mmd": Does not validate … Errors:" (the reason cut off)
+    bad = tmp_path / "rnf.yaml"
+    bad.write_text(
+        "model:\n  posterior:\n    class_path: seqvae.PlanarFlowPosterior\n    init_args:\n      flows: 1\n"
+        "      mmd: {class_path: seqvae.MMDPenalty, init_args: {wieght: 10.0}}\n"
+    )
+    line = one_error_line(*run(tiny(corpus, tmp_path / "runs", "--config", str(bad)), capsys))
+    assert line == (
+        "model.posterior.init_args.mmd.init_args.wieght: seqvae.MMDPenalty has no option 'wieght' (did you mean weight?) "
+        f"(in --config {bad})"
+    )
+    assert not (tmp_path / "runs").exists()
+
+
 # ---------------------------------------------------------------- item 2: the language model and z
 @pytest.mark.parametrize(
     "options, named",

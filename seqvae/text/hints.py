@@ -131,24 +131,24 @@ def data_line(split: str, s: dict) -> str:
 
 def long_text_hint(corpus: Corpus) -> str | None:
     """A warning when a split's longest text is an outlier: over 500 tokens and more than 5 times
-    the 99th percentile of its texts' lengths (a file with one line that never broke, 8,631 tokens
-    among verses of ~30). Its batch holds batch_size × its length × the vocabulary in logits (GBs),
-    and its NLL dominates a per-text mean; nothing said so before the run ran out of memory."""
+    the 90th percentile of its texts' lengths (the 99th from 1,000 texts on; below that the top
+    1% is one or two texts, which may be the outliers themselves): a file with a line that never
+    broke (8,631 tokens among verses of ~30). Its batch is padded to it (time and memory grow
+    with it) and its NLL weighs on the per-text mean; nothing said so before."""
     lengths = sorted(len(text) for text in corpus.texts)
     if len(lengths) < 20:
         return None
-    p99 = lengths[int(0.99 * (len(lengths) - 1))]  # of the others, where one outlier is all there is
+    q = 0.99 if len(lengths) >= 1000 else 0.9
+    typical = lengths[int(q * (len(lengths) - 1))]
     longest = lengths[-1]
-    if longest <= 500 or longest <= 5 * p99:
+    if longest <= 500 or longest <= 5 * typical:
         return None
-    where = (
-        corpus.line_numbers[max(range(len(corpus.texts)), key=lambda i: len(corpus.texts[i]))] if corpus.line_numbers else None
-    )
+    where = corpus.line_numbers[max(range(len(lengths)), key=lambda i: len(corpus.texts[i]))] if corpus.line_numbers else None
     line = f"line {where} of {corpus.path}" if where is not None else f"a text of {corpus.path}"
     return (
-        f"{line} has {longest} tokens, {longest / p99:.0f}× the 99th percentile of its texts ({p99}): its batch's logits "
-        f"take batch_size × {longest} × the vocabulary, and its NLL weighs on the mean; --data.max_length {max(2 * p99, 1)} "
-        "skips such lines"
+        f"{line} has {longest} tokens, {longest / typical:.0f}× the {q * 100:.0f}th percentile of its texts ({typical}): "
+        f"its batch is padded to it (time, memory) and its NLL weighs on the per-text mean; --data.max_length "
+        f"{max(2 * typical, 1)} skips such lines"
     )
 
 
@@ -159,10 +159,12 @@ def unk_rate_hint(split: str, s: dict, train_rate: float | None) -> str | None:
     training text had none (a raw corpus with `min_freq: 1`, `max_vocab: null`): the model never
     learned the unknown token, and such words cost whatever its untaught output gives them."""
     if train_rate == 0 and s["unk_rate"] > 0:
+        count = round(s["unk_rate"] * s["tokens"])
         return (
-            f"data.{split}: {100 * s['unk_rate']:.2f}% of its tokens are unknown to the vocabulary, and the training "
-            "text had none: the model never learned the unknown token, only that it never occurs, so each such word "
-            "costs many nats (train with --data.min_freq 2 or a --data.max_vocab so that training sees unknown words)"
+            f"data.{split}: {count} of its {s['tokens']} tokens ({100 * s['unk_rate']:.2g}%) are unknown to the vocabulary, "
+            "and the training text had none: the model never learned the unknown token, only that it never occurs, so "
+            "each such word costs many nats (train with a --data.min_freq that leaves some training words out, or a "
+            "--data.max_vocab, so that training sees unknown words)"
         )
     if train_rate is None or s["unk_rate"] <= max(2 * train_rate, train_rate + 0.05):
         return None
@@ -193,7 +195,7 @@ def report_data(trainer, dm, splits: tuple[str, ...]) -> None:
     warned = []  # splits may share one corpus (val = train)
     for split in splits:
         print(data_line(split, summary[split]), file=sys.stderr)
-        corpus = dm.corpora.get(split)
+        corpus = dm.corpora.get(split) if split in ("train", "val", "test") else None  # predict reads its file whole
         if corpus is not None and all(corpus is not c for c in warned):
             warned.append(corpus)
             hint = long_text_hint(corpus)
