@@ -108,7 +108,7 @@ class SeqVAECLI(LightningCLI):
 
     def before_instantiate_classes(self):
         cfg = self.config[self.subcommand] if self.subcommand else self.config
-        check_checkpoint_file(cfg.get("ckpt_path"))
+        check_checkpoint_file(cfg.get("ckpt_path"), self.subcommand)
         if cfg.get("model") is not None and cfg.get("data") is not None:
             check_parsed(cfg["model"], cfg["data"])  # an out-of-range number stops before any data file is read
         check_save_dir(cfg)

@@ -341,6 +341,43 @@ def test_a_file_that_is_no_checkpoint_at_all_is_unreadable_not_unsafe(tmp_path, 
     assert str(err.value).startswith(f"ckpt_path: {bad}: not a readable checkpoint ({len(content)} bytes:")
 
 
+@pytest.mark.parametrize(
+    "content, holds",
+    [({"a": 1}, "a dict with keys 'a'"), ({"embed.weight": torch.zeros(2)}, "a dict with keys 'embed.weight'"),
+     (torch.zeros(2), "a Tensor")],
+    ids=["dict", "state_dict", "tensor"],
+)  # fmt: skip
+@pytest.mark.parametrize("command", ["test", "fit", "init_encoder_from"])
+def test_a_torch_file_that_is_no_run_checkpoint_is_one_line_before_any_run_directory(tmp_path, capsys, content, holds, command):
+    # Before: KeyError 'pytorch-lightning_version' / 'state_dict' or AttributeError tracebacks (exit 1), after
+    # `test` had written config.yaml, vocab.json and an event file into a new run directory.
+    ckpt = tmp_path / "mine.ckpt"
+    torch.save(content, ckpt)
+    option = "model.init_encoder_from" if command == "init_encoder_from" else "ckpt_path"
+    numbered_corpus(tmp_path / "train.txt", 30)  # init_encoder_from is read after the data
+    argv = ["fit" if command == "init_encoder_from" else command, f"--{option}={ckpt}", f"--data.train={tmp_path / 'train.txt'}",
+            f"--trainer.logger.init_args.save_dir={tmp_path / 'runs'}"]  # fmt: skip
+    status, err = run(argv, capsys)
+    assert status == 2 and "Traceback" not in err, err
+    assert err.strip().splitlines()[-1] == (
+        f"seqvae: error: {option}: {ckpt}: a torch.save file, but not a checkpoint of `seqvae fit` (it holds {holds}; "
+        "a checkpoint is Lightning's dict with the model's 'state_dict', as RUN/checkpoints/best.ckpt)"
+    )
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize("command", ["validate", "test", "predict"])
+@pytest.mark.parametrize("name", ["last", "best"])
+def test_last_or_best_without_a_fit_in_the_command_is_refused(tmp_path, capsys, command, name):
+    # Before: `test --ckpt_path last` tested the untrained model (exit 0, a record saying `last`); `best`: a traceback.
+    status, err = run([command, f"--ckpt_path={name}", f"--trainer.logger.init_args.save_dir={tmp_path / 'runs'}"], capsys)
+    assert status == 2 and err.strip().splitlines()[-1] == (
+        f"seqvae: error: ckpt_path: '{name}' names a checkpoint of this command's own fit, and `{command}` runs none: "
+        f"give the file (RUN/checkpoints/{name}.ckpt)"
+    ), err
+    assert not (tmp_path / "runs").exists()
+
+
 def test_compare_groups_a_run_in_the_older_form_with_the_same_run_in_the_new_one(tmp_path):
     from seqvae.analysis.runs import load_run
 

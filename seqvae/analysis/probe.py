@@ -143,9 +143,9 @@ def load_model(ckpt: Path):
     from pytorch_lightning.core.saving import _load_state
 
     from seqvae.core.model import SeqVAE
-    from seqvae.store.checkpoints import load_checkpoint
+    from seqvae.store.checkpoints import load_checkpoint, require_run_checkpoint
 
-    checkpoint = load_checkpoint(ckpt, "RUN_OR_CKPT")
+    checkpoint = require_run_checkpoint(load_checkpoint(ckpt, "RUN_OR_CKPT"), ckpt, "RUN_OR_CKPT")
     if "vocab" not in checkpoint:
         raise ProbeError(f"RUN_OR_CKPT: {ckpt}: the checkpoint holds no vocabulary (written before seqvae saved one)")
     model = _load_state(SeqVAE, checkpoint, strict=True)

@@ -16,7 +16,7 @@ from seqvae.core.features import POOLINGS, Init, Pooling, PosteriorEncoder, bn_v
 from seqvae.core.fused_ce import linear_cross_entropy
 from seqvae.core.posteriors import GaussianPosterior, Posterior
 from seqvae.errors import ConfigError
-from seqvae.store.checkpoints import load_checkpoint
+from seqvae.store.checkpoints import load_checkpoint, require_run_checkpoint
 from seqvae.text.corpus import Vocabulary
 
 
@@ -121,7 +121,7 @@ def pretrained_encoder(path: str, encoder: torch.nn.Module, vocab: Vocabulary | 
     """The encoder weights of checkpoint `path` (`model.init_encoder_from`), refused in one line
     unless every tensor has the shape `encoder`'s has and (given `vocab`) the vocabularies agree:
     embeddings read through another vocabulary would be other words' vectors, silently."""
-    ckpt = load_checkpoint(path, "model.init_encoder_from", mmap=mmap)
+    ckpt = require_run_checkpoint(load_checkpoint(path, "model.init_encoder_from", mmap=mmap), path, "model.init_encoder_from")
     if vocab is not None and "vocab" in ckpt:
         if Vocabulary.from_str(ckpt["vocab"]).tokenizer.get_vocab() != vocab.tokenizer.get_vocab():
             raise ConfigError(f"model.init_encoder_from: {path} was trained with another vocabulary than this run's data")

@@ -14,9 +14,17 @@ from seqvae.store.files import CONFIG, LAST, METRICS, checkpoint_path
 LIGHTNING_CHECKPOINTS = ("best", "last", "hpc", "registry")  # what Lightning resolves itself
 
 
-def check_checkpoint_file(ckpt: str | None) -> None:
+def check_checkpoint_file(ckpt: str | None, subcommand: str | None = None) -> None:
     """Before the data are read: a missing checkpoint would otherwise surface as whatever the
-    data module misses without it (the vocabulary it was to give, the training text)."""
+    data module misses without it (the vocabulary it was to give, the training text). `last`,
+    `best`, … name the checkpoints of the process's own fit: `validate`, `test` and `predict` run
+    none, and Lightning then tested the untrained model (`last`, exit 0, a record saying `last`)
+    or raised a traceback (`best`)."""
+    if ckpt in LIGHTNING_CHECKPOINTS and subcommand in ("validate", "test", "predict"):
+        raise ConfigError(
+            f"ckpt_path: {ckpt!r} names a checkpoint of this command's own fit, and `{subcommand}` runs none: give the "
+            f"file (RUN/checkpoints/{'best' if ckpt == 'best' else 'last'}.ckpt)"
+        )
     if ckpt and ckpt not in LIGHTNING_CHECKPOINTS and not Path(ckpt).is_file():
         if Path(ckpt).is_dir():
             raise ConfigError(f"ckpt_path: {ckpt} is a directory, not a checkpoint file")

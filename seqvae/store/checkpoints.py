@@ -105,7 +105,6 @@ class LoaderIO(TorchCheckpointIO):
 
 def _load(path: str | Path, option: str, map_location, **kwargs) -> dict:
     import pickle
-    import zipfile
 
     declare_classes_of(path)
     try:
@@ -133,4 +132,22 @@ def _unreadable(path: str | Path, option: str) -> str:
     size = Path(path).stat().st_size
     return (
         f"{option}: {path}: not a readable checkpoint ({size} bytes: truncated, or not a file written by torch.save / seqvae fit)"
+    )
+
+
+def require_run_checkpoint(checkpoint, path: str | Path, option: str):
+    """`checkpoint` (a torch.load result) if it is what `seqvae fit` writes, Lightning's dict with the
+    model's `state_dict`; else one line naming the option. A file torch.save wrote with something
+    else (a bare state dict, a tensor, a dict of one's own) gave a KeyError or AttributeError
+    traceback, after `test` had made its run directory."""
+    if isinstance(checkpoint, dict) and isinstance(checkpoint.get("state_dict"), dict):
+        return checkpoint
+    what = (
+        f"a dict with keys {', '.join(map(repr, list(checkpoint)[:4]))}"
+        if isinstance(checkpoint, dict)
+        else f"a {type(checkpoint).__name__}"
+    )
+    raise CorpusError(
+        f"{option}: {path}: a torch.save file, but not a checkpoint of `seqvae fit` (it holds {what}; a checkpoint is "
+        "Lightning's dict with the model's 'state_dict', as RUN/checkpoints/best.ckpt)"
     )

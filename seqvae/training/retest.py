@@ -14,7 +14,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from seqvae.store.checkpoints import load_checkpoint, share
+from seqvae.store.checkpoints import load_checkpoint, require_run_checkpoint, share
 
 # Evaluation settings, not part of what a checkpoint is: on `--ckpt_path` (validate, test, predict), Lightning
 # replaces the model's config with the checkpoint's hyper-parameters, which would silently evaluate with the K
@@ -35,7 +35,8 @@ def checkpoint_into_config(parser, config):
     if not ckpt or not Path(ckpt).is_file():
         return config, given
     share(ckpt)
-    hparams = dict(load_checkpoint(ckpt, "ckpt_path").get("hyper_parameters", {}))  # a copy: the read is shared
+    saved = require_run_checkpoint(load_checkpoint(ckpt, "ckpt_path"), ckpt, "ckpt_path")
+    hparams = dict(saved.get("hyper_parameters", {}))  # a copy: the read is shared
     hparams.pop("_instantiator", None)
     if sub == "fit" or not hparams:
         return config, given
