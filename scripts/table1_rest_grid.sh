@@ -19,6 +19,7 @@ for cell in "$export_dir"/wae_rnf/seed*; do
   [ -f "$cell/metrics.json" ] && [ ! -f "$cell/rnf_nll.csv" ] || continue
   run="$root/wae_rnf/$(basename "$cell")"
   # written to a temporary name first: an interrupted call leaves no half file that the check above would skip
+  rm -f "$cell/rnf_nll.csv.part"  # an interrupted call's; rnf-nll writes a new file only
   OMP_NUM_THREADS=1 "$py" -m seqvae rnf-nll "$run" --samples 100 --per-text "$cell/rnf_nll.csv.part"
   mv "$cell/rnf_nll.csv.part" "$cell/rnf_nll.csv"
 done

@@ -13,6 +13,7 @@ upstream of the KL term (an autoencoder with KL weight 0 can show it too).
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 import pytorch_lightning as pl
@@ -24,17 +25,41 @@ from seqvae.core.model import SeqVAE
 from seqvae.text.datamodule import TextDataModule
 
 
-def diagnose(run: Path, checkpoint: str = "best", batches: int = 3, seed: int = 0) -> dict:
+def refuse(prog: str, message: str) -> SystemExit:
+    """One line on stderr and exit 2, as every seqvae command refuses bad input."""
+    print(f"seqvae {prog}: error: {message}", file=sys.stderr)
+    return SystemExit(2)
+
+
+def open_run(run: Path, checkpoint: str, prog: str) -> tuple[SeqVAE, TextDataModule]:
+    """A run directory's model (its `checkpoint`.ckpt, read through the one weights-only loader)
+    and its data module (its config.yaml's data section), or one line naming what is missing.
+    Before: a missing config.yaml, a checkpoint that is not one, or data paths that do not
+    resolve from the current directory were tracebacks."""
+    from seqvae.errors import CorpusError
+    from seqvae.store.checkpoints import load_checkpoint, require_run_checkpoint
+
     ckpt = run / "checkpoints" / f"{checkpoint}.ckpt"
+    if not (run / "config.yaml").is_file():
+        raise refuse(prog, f"{run}: no config.yaml (not a run directory of seqvae fit)")
     if not ckpt.is_file():
-        raise SystemExit(f"seqvae diagnose: error: {ckpt}: no such checkpoint")
-    model = SeqVAE.load_from_checkpoint(ckpt, map_location="cpu")
+        raise refuse(prog, f"{ckpt}: no such checkpoint")
+    try:
+        require_run_checkpoint(load_checkpoint(ckpt, "RUN_DIR"), ckpt, "RUN_DIR")
+        model = SeqVAE.load_from_checkpoint(ckpt, map_location="cpu")
+        config = yaml.safe_load((run / "config.yaml").read_text(encoding="utf-8")) or {}
+        dm = TextDataModule(**(config.get("data") or {}))
+    except CorpusError as err:  # relative data paths are read from the current directory, as fit read them
+        raise refuse(prog, " ".join(str(err).split())) from None
     if model.encoder is None:
-        raise SystemExit(f"seqvae diagnose: error: {ckpt}: a language model has no encoder")
+        raise refuse(prog, f"{ckpt}: a language model has no encoder")
+    return model, dm
+
+
+def diagnose(run: Path, checkpoint: str = "best", batches: int = 3, seed: int = 0) -> dict:
+    model, dm = open_run(run, checkpoint, "diagnose")
     pl.seed_everything(seed, verbose=False)
     fresh = SeqVAE(**{k: v for k, v in model.hparams.items() if k != "init_encoder_from"})
-    config = yaml.safe_load((run / "config.yaml").read_text())
-    dm = TextDataModule(**config["data"])
     dm.setup("fit")
     model.train()
     torch.manual_seed(seed)

@@ -24,10 +24,11 @@ import math
 from pathlib import Path
 
 import torch
-import yaml
 
 from seqvae.core.gaussian import log_standard_normal
 from seqvae.core.metrics import LogLikelihood, iw_nll_from_weights
+from seqvae.core.planar_flow import PlanarFlowPosterior
+from seqvae.diagnostics import open_run, refuse
 
 
 def flow_iw_log_weights(log_likelihood: LogLikelihood, q, n_samples: int, chunk: int, generator=None):
@@ -49,23 +50,17 @@ def both_iw_nll(model, batch: dict, n_samples: int, generator=None) -> tuple[tor
     tokens, lengths = batch["tokens"], batch["lengths"]
     q, _ = model.encoder.encode(tokens, lengths)
     if not hasattr(q, "flow"):
-        raise SystemExit(f"seqvae rnf-nll: error: the model's posterior is {type(model.encoder.posterior).__name__}, not a flow")
+        raise refuse("rnf-nll", f"the model's posterior is {type(model.encoder.posterior).__name__}, not a flow")
     ll = lambda z: model.decoder.log_likelihood(tokens, lengths, z)  # noqa: E731
     correct, reference = flow_iw_log_weights(ll, q, n_samples, model.iw_chunk(tokens), generator)
     return iw_nll_from_weights(correct), iw_nll_from_weights(reference)
 
 
 def compare_estimators(run: Path, checkpoint: str = "best", split: str = "test", samples: int = 500, seed: int = 0) -> dict:
-    from seqvae.core.model import SeqVAE
-    from seqvae.text.datamodule import TextDataModule
-
-    ckpt = run / "checkpoints" / f"{checkpoint}.ckpt"
-    if not ckpt.is_file():
-        raise SystemExit(f"seqvae rnf-nll: error: {ckpt}: no such checkpoint")
-    model = SeqVAE.load_from_checkpoint(ckpt, map_location="cpu").eval()
-    if model.encoder is None:
-        raise SystemExit(f"seqvae rnf-nll: error: {ckpt}: a language model has no posterior")
-    dm = TextDataModule(**yaml.safe_load((run / "config.yaml").read_text())["data"])
+    model, dm = open_run(run, checkpoint, "rnf-nll")
+    model.eval()
+    if not isinstance(model.encoder.posterior, PlanarFlowPosterior):
+        raise refuse("rnf-nll", f"{run}: the model's posterior is {type(model.encoder.posterior).__name__}, not a flow")
     dm.setup("test" if split == "test" else "validate")
     loader = dm.test_dataloader() if split == "test" else dm.val_dataloader()
     gen = torch.Generator().manual_seed(seed)
@@ -104,6 +99,9 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"--samples: must be >= 1, got {args.samples}")
     if args.per_text is not None and not args.per_text.parent.is_dir():
         p.error(f"--per-text {args.per_text}: no directory {args.per_text.parent}")
+    if args.per_text is not None and (args.per_text.exists() or args.per_text.is_symlink()):
+        # it overwrote anything, the run's own metrics.json included, or failed on a directory after the work
+        p.error(f"--per-text {args.per_text}: exists (this command writes a new file only; move it aside)")
     r = compare_estimators(args.run, args.checkpoint, args.split, args.samples, args.seed)
     if args.per_text is not None:
         tmp = args.per_text.with_name(f".{args.per_text.name}.tmp")

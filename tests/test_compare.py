@@ -281,6 +281,15 @@ def test_plots(runs, tmp_path, capsys):
     assert all((out_dir / n).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for n in names)
 
 
+def test_plots_under_a_file_is_refused_before_the_table(runs, tmp_path, capsys):
+    # Before: the table printed, then a FileExistsError traceback.
+    (tmp_path / "notes.txt").write_text("mine")
+    for plots in (tmp_path / "notes.txt", tmp_path / "notes.txt" / "plots"):
+        rc, out, err = run_compare(capsys, f"{runs}/yahoo/*/seed*", "--plots", plots)
+        assert rc == 2 and out == "" and err == f"seqvae compare: error: --plots {plots}: {tmp_path / 'notes.txt'} is a file, not a directory\n"
+    assert (tmp_path / "notes.txt").read_text() == "mine"
+
+
 def test_plots_skipped_without_matplotlib(runs, tmp_path, capsys, monkeypatch):
     import builtins
 

@@ -213,6 +213,32 @@ def test_export_and_compare_round_trip(tiny, tmp_path, capsys):
         assert done.value.code == 2
         assert capsys.readouterr().err == f"seqvae export: error: {dest}: {exported / 'curves.csv'} is a file, not a directory\n"
     assert {p.name: p.read_bytes() for p in exported.iterdir()} == before
+    # Refused before anything is written (before: DEST = RUN rewrote its curves.csv, then a traceback; a run directory
+    # as DEST had its config.yaml replaced; a metrics.json that is no JSON object was copied or failed half-way)
+    other = tmp_path / "demo" / "version_1"
+    (other / "metrics.json").unlink()  # an unfinished run: checkpoints, no results yet
+    odd = tmp_path / "odd"
+    odd.mkdir()
+    (odd / "config.yaml").write_text("data: {}\n")
+    files = lambda d: {p: p.read_bytes() for p in sorted(d.rglob("*")) if p.is_file()}  # noqa: E731
+    kept = {d: files(d) for d in (run, other, odd)}
+    for source, dest, says in [
+        (run, run, f"{run}: is the run directory itself; export to another directory"),
+        (run, other, f"{other}: is a run directory (checkpoints or event files): export elsewhere"),
+        (odd, tmp_path / "o1", f"{odd}: not a finished run (no metrics.json)"),
+        (tmp_path / "nothing", tmp_path / "o2", f"{tmp_path / 'nothing'}: no such run directory"),
+    ]:
+        with pytest.raises(SystemExit) as done:
+            main(["export", str(source), str(dest)])
+        assert done.value.code == 2 and capsys.readouterr().err == f"seqvae export: error: {says}\n"
+    for text, says in (("[1, 2]", "not a JSON object of metrics"), ('{"test/iw_nll": ', "not readable JSON (")):
+        (odd / "metrics.json").write_text(text)
+        kept[odd] = files(odd)
+        with pytest.raises(SystemExit) as done:
+            main(["export", str(odd), str(tmp_path / "o3")])
+        assert done.value.code == 2 and capsys.readouterr().err.startswith(f"seqvae export: error: {odd / 'metrics.json'}: {says}")
+    assert {d: files(d) for d in (run, other, odd)} == kept
+    assert not any((tmp_path / name).exists() for name in ("o1", "o2", "o3"))
 
 
 def test_predict_generation_modes(tiny, tmp_path, capsys):

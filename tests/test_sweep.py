@@ -168,6 +168,8 @@ BAD_GRIDS = [
     ),
     (grid(variants=[]), "variants: missing"),
     (grid(export=["x"]), "export: expected a directory path"),
+    (grid(export="README.md"), "export: README.md: README.md is a file, not a directory"),  # was a traceback at export
+    (grid(root="README.md/runs"), "root: README.md/runs: README.md is a file, not a directory"),
     ("- just\n- a list\n", "expected a mapping with keys root, configs, overrides, seeds, variants, export, slurm"),
     (grid(slurm=["gpu"]), f"slurm: expected a mapping with keys {SLURM}"),
     (grid(slurm={"partitio": "gpu"}), f"slurm.partitio: unknown key (expected {SLURM})"),

@@ -344,6 +344,10 @@ def main(argv: list[str] | None = None) -> int:
         "--plots", type=Path, metavar="DIR", help="write one PNG per validation curve and a bar chart of the final test metrics"
     )
     args = parser.parse_args(argv)
+    blocking = next((p for p in (args.plots, *args.plots.parents) if p.exists() and not p.is_dir()), None) if args.plots else None
+    if blocking is not None:  # before: a FileExistsError traceback after the table was printed
+        print(f"seqvae compare: error: --plots {args.plots}: {blocking} is a file, not a directory", file=sys.stderr)
+        return 2
     try:
         runs = find_runs(args.runs)
         baseline = find_runs([args.baseline], option="--baseline") if args.baseline is not None else None

@@ -209,6 +209,10 @@ def _top_level(grid) -> tuple[str, str | None, list[str], dict, dict, list[int]]
     export = grid.get("export")
     if export is not None and not isinstance(export, str):
         raise GridError("export: expected a directory path")
+    for key, path in (("root", root), ("export", export)):  # before: a traceback when the first cell (or export) began
+        blocking = next((p for p in (Path(path), *Path(path).parents) if p.exists() and not p.is_dir()), None) if path else None
+        if blocking is not None:
+            raise GridError(f"{key}: {path}: {blocking} is a file, not a directory")
     configs = _config_list(grid["configs"], "configs")
     common = _overrides(grid.get("overrides"), "overrides")
     resources = _slurm(grid.get("slurm"), "slurm")

@@ -40,13 +40,37 @@ def export_run(run: Path, dest: Path) -> int:
     return points
 
 
+def refusal(run: Path, dest: Path) -> str | None:
+    """Why `export RUN DEST` must not run, checked before anything is written; None if it may.
+    Before: DEST = RUN rewrote the run's curves.csv, then raised SameFileError; a DEST that was an
+    unfinished run (checkpoints, no metrics.json yet) had its config.yaml, which its resume checks,
+    replaced by another run's; a metrics.json that is not a JSON object was copied, or failed
+    after curves.csv was written."""
+    if not run.is_dir():
+        return f"{run}: no such run directory"
+    if not (run / METRICS).is_file():
+        return f"{run}: not a finished run (no metrics.json)"
+    try:
+        metrics = json.loads((run / METRICS).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        return f"{run / METRICS}: not readable JSON ({' '.join(str(err).split())})"
+    if not isinstance(metrics, dict):
+        return f"{run / METRICS}: not a JSON object of metrics"
+    if dest.exists() and dest.resolve() == run.resolve():
+        return f"{dest}: is the run directory itself; export to another directory"
+    if (dest / "checkpoints").exists() or any(dest.glob("events.out.tfevents.*")):
+        return f"{dest}: is a run directory (checkpoints or event files): export elsewhere"
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="seqvae export", description=__doc__.splitlines()[0])
     p.add_argument("run", type=Path, help="run directory (config.yaml, metrics.json, event files)")
     p.add_argument("dest", type=Path, help="where the small files go, e.g. docs/results/<grid>/<variant>/seed<N>")
     args = p.parse_args(argv)
-    if not (args.run / METRICS).is_file():
-        print(f"seqvae export: error: {args.run}: not a finished run (no metrics.json)", file=sys.stderr)
+    refused = refusal(args.run, args.dest)
+    if refused is not None:
+        print(f"seqvae export: error: {refused}", file=sys.stderr)
         return 2
     blocking = next((p for p in (args.dest, *args.dest.parents) if p.exists() and not p.is_dir()), None)
     if blocking is not None:
