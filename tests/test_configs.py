@@ -366,8 +366,9 @@ def test_encoder_diagnostics_on_a_trained_run(tiny, tmp_path, capsys):
     with pytest.raises(SystemExit) as done:  # 0 batches would print zero gradients: "not learning"
         main(["diagnose", str(run), "--batches", "0"])
     assert done.value.code == 2 and "--batches: must be >= 1, got 0" in capsys.readouterr().err
-    with pytest.raises(SystemExit, match="no such checkpoint"):
-        tool.diagnose(tmp_path / "nope")
+    with pytest.raises(SystemExit) as done:
+        tool.diagnose(run, checkpoint="nope")
+    assert done.value.code == 2 and capsys.readouterr().err == f"seqvae diagnose: error: {run}/checkpoints/nope.ckpt: no such checkpoint\n"
 
 
 def test_no_shipped_config_trains_in_reduced_precision():
