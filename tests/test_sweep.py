@@ -822,3 +822,15 @@ def test_the_own_corpus_recipe_keeps_each_corpus_in_its_own_runs_and_stage_two_f
                              "--trainer.logger.init_args.save_dir=runs/other"], run=False)  # fmt: skip
     assert stage2.model.hparams.init_encoder_from == "runs/other/recommended_autoencoder/seed1/checkpoints/best.ckpt"
     assert stage2.datamodule.hparams.max_vocab is None
+
+
+def test_a_data_path_by_interpolation_is_left_to_the_fit(tmp_path):
+    # `val: ${data.test}` is a file only once fit merges the config; the check before any cell starts
+    # refused such a grid ("no such file ${data.test}").
+    (tmp_path / "t.txt").write_text("a b\n")
+    config = tmp_path / "c.yaml"
+    config.write_text(f"data: {{train: {tmp_path / 't.txt'}, test: {tmp_path / 't.txt'}, val: '${{data.test}}'}}\n")
+    assert sweep.missing_data_files(["--config", str(config)]) == []
+    assert sweep.missing_data_files(["--config", str(config), "--data.train", str(tmp_path / "u.txt")]) == [
+        f"data.train: no such file {tmp_path / 'u.txt'}"
+    ]
