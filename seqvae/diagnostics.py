@@ -91,7 +91,7 @@ def diagnose(run: Path, checkpoint: str = "best", batches: int = 3, seed: int = 
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="seqvae diagnose", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="seqvae diagnose", description=" ".join(__doc__.split("\n\n")[0].split()))
     p.add_argument("run", type=Path)
     p.add_argument("--checkpoint", default="best", choices=["best", "last"])
     p.add_argument("--batches", type=int, default=3)

@@ -87,7 +87,7 @@ def per_text_file(rows: list[tuple[int, float, float]]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="seqvae rnf-nll", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="seqvae rnf-nll", description=" ".join(__doc__.split("\n\n")[0].split()))
     p.add_argument("run", type=Path)
     p.add_argument("--checkpoint", default="best", choices=["best", "last"])
     p.add_argument("--split", default="test", choices=["test", "val"])

@@ -344,7 +344,7 @@ def table(result: dict) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    p = argparse.ArgumentParser(prog="seqvae probe", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="seqvae probe", description=" ".join(__doc__.split("\n\n")[0].split()))
     p.add_argument("target", type=Path, metavar="RUN_OR_CKPT", help="a run directory (checkpoints/best.ckpt) or a checkpoint")
     p.add_argument("--train", help="the labelled pool the probe draws from, FILE#FIRST-LAST (default: the run's train split)")
     p.add_argument("--test", help="the held-out labelled split, FILE#FIRST-LAST (default: the run's test split)")

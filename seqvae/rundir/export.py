@@ -64,7 +64,7 @@ def refusal(run: Path, dest: Path) -> str | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="seqvae export", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="seqvae export", description=" ".join(__doc__.split("\n\n")[0].split()))
     p.add_argument("run", type=Path, help="run directory (config.yaml, metrics.json, event files)")
     p.add_argument("dest", type=Path, help="where the small files go, e.g. docs/results/<grid>/<variant>/seed<N>")
     args = p.parse_args(argv)
