@@ -286,7 +286,8 @@ def test_plots_under_a_file_is_refused_before_the_table(runs, tmp_path, capsys):
     (tmp_path / "notes.txt").write_text("mine")
     for plots in (tmp_path / "notes.txt", tmp_path / "notes.txt" / "plots"):
         rc, out, err = run_compare(capsys, f"{runs}/yahoo/*/seed*", "--plots", plots)
-        assert rc == 2 and out == "" and err == f"seqvae compare: error: --plots {plots}: {tmp_path / 'notes.txt'} is a file, not a directory\n"
+        blocking = tmp_path / "notes.txt"
+        assert rc == 2 and out == "" and err == f"seqvae compare: error: --plots {plots}: {blocking} is a file, not a directory\n"
     assert (tmp_path / "notes.txt").read_text() == "mine"
 
 

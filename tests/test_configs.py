@@ -236,7 +236,8 @@ def test_export_and_compare_round_trip(tiny, tmp_path, capsys):
         kept[odd] = files(odd)
         with pytest.raises(SystemExit) as done:
             main(["export", str(odd), str(tmp_path / "o3")])
-        assert done.value.code == 2 and capsys.readouterr().err.startswith(f"seqvae export: error: {odd / 'metrics.json'}: {says}")
+        err = capsys.readouterr().err
+        assert done.value.code == 2 and err.startswith(f"seqvae export: error: {odd / 'metrics.json'}: {says}")
     assert {d: files(d) for d in (run, other, odd)} == kept
     assert not any((tmp_path / name).exists() for name in ("o1", "o2", "o3"))
 
@@ -368,7 +369,8 @@ def test_encoder_diagnostics_on_a_trained_run(tiny, tmp_path, capsys):
     assert done.value.code == 2 and "--batches: must be >= 1, got 0" in capsys.readouterr().err
     with pytest.raises(SystemExit) as done:
         tool.diagnose(run, checkpoint="nope")
-    assert done.value.code == 2 and capsys.readouterr().err == f"seqvae diagnose: error: {run}/checkpoints/nope.ckpt: no such checkpoint\n"
+    err = capsys.readouterr().err
+    assert done.value.code == 2 and err == f"seqvae diagnose: error: {run}/checkpoints/nope.ckpt: no such checkpoint\n"
 
 
 def test_no_shipped_config_trains_in_reduced_precision():

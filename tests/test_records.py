@@ -66,7 +66,8 @@ def test_a_bad_union_choice_is_one_short_line_naming_what_is_allowed(corpus, tmp
     [
         ("--model.kl_schedule=seqvae.LinearKLWarmp",
          "model.kl_schedule: no class seqvae.LinearKLWarmp (did you mean seqvae.LinearKLWarmup?)"),
-        ("--model.kl_schedule=seqvae.Nothing", "model.kl_schedule: no class seqvae.Nothing (a subclass of KLSchedule is expected)"),
+        ("--model.kl_schedule=seqvae.Nothing",
+         "model.kl_schedule: no class seqvae.Nothing (a subclass of KLSchedule is expected)"),
         ("--model.kl_schedule.init_args.warmup_epoch=3",
          "model.kl_schedule.init_args.warmup_epoch: seqvae.LinearKLWarmup has no option 'warmup_epoch' "
          "(did you mean warmup_epochs?)"),
