@@ -281,6 +281,19 @@ def test_plots(runs, tmp_path, capsys):
     assert all((out_dir / n).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for n in names)
 
 
+@pytest.mark.parametrize(
+    "extra, says",
+    [(["--resolve", "1.4"], "--resolve X: needs --baseline"),
+     (["--resolve", "inf", "--baseline", "BASE"], "--resolve X: needs --baseline and a finite, non-zero X")],
+)  # fmt: skip
+def test_resolve_is_refused_where_it_would_say_nothing(runs, capsys, extra, says):
+    # Before: ignored without --baseline (no line, exit 0); `inf` answered "none".
+    extra = [e.replace("BASE", f"{runs}/yahoo/last/seed*") for e in extra]
+    with pytest.raises(SystemExit) as done:
+        compare.main([f"{runs}/yahoo/*/seed*", *extra])
+    assert done.value.code == 2 and capsys.readouterr().err.strip().splitlines()[-1].endswith(f"error: {says}")
+
+
 def test_plots_under_a_file_is_refused_before_the_table(runs, tmp_path, capsys):
     # Before: the table printed, then a FileExistsError traceback.
     (tmp_path / "notes.txt").write_text("mine")

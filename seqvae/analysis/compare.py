@@ -34,6 +34,7 @@ import argparse
 import csv
 import io
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -344,6 +345,11 @@ def main(argv: list[str] | None = None) -> int:
         "--plots", type=Path, metavar="DIR", help="write one PNG per validation curve and a bar chart of the final test metrics"
     )
     args = parser.parse_args(argv)
+    if args.resolve is not None and (args.baseline is None or not math.isfinite(args.resolve) or args.resolve == 0):
+        # it was ignored without a baseline (no differences to resolve), and `inf` answered "none"
+        parser.error(
+            "--resolve X: needs --baseline and a finite, non-zero X" if args.baseline else "--resolve X: needs --baseline"
+        )
     blocking = next((p for p in (args.plots, *args.plots.parents) if p.exists() and not p.is_dir()), None) if args.plots else None
     if blocking is not None:  # before: a FileExistsError traceback after the table was printed
         print(f"seqvae compare: error: --plots {args.plots}: {blocking} is a file, not a directory", file=sys.stderr)
