@@ -54,6 +54,12 @@ def test_markdown_marks_intervals_excluding_zero_and_names_dropped_texts(runs, c
     assert "| **ivae** |" in out and "seed, n = 3" in out
 
 
+def test_a_directory_without_results_is_skipped_with_this_commands_name(runs, capsys):
+    (runs / "seed9").mkdir()  # an unfinished run: no metrics.json (the notice said "seqvae compare: skipped")
+    assert estimator_gap.main([f"{runs}/seed*", "--estimate", "nll_bar"]) == 0
+    assert capsys.readouterr().err.startswith("estimator_gap: skipped 1 directories without metrics.json")
+
+
 def test_a_missing_column_is_one_line_naming_the_file(runs, capsys):
     assert estimator_gap.main([f"{runs}/seed1", "--estimate", "dual_kl"]) == 2
     err = capsys.readouterr().err

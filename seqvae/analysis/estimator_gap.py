@@ -60,7 +60,7 @@ def interval_cell(d: dict, by: str) -> str:
 def gaps(patterns: list[str], estimate: str, bound: str, file: str) -> list[dict]:
     """One entry per variant: its runs (each with its texts' means and by-text interval) and the by-seed interval."""
     variants: dict[str, dict] = {}
-    for run in find_runs(patterns):
+    for run in find_runs(patterns, program="estimator_gap"):
         a, b, total = read_columns(run, file, (estimate, bound))
         if not a:
             raise CompareError(f"{run['path'] / file}: no text has both {estimate} and {bound}")

@@ -174,8 +174,9 @@ def settings(config: dict) -> tuple[dict, dict]:
     return flat, filled
 
 
-def find_runs(patterns: list[str], option: str | None = None) -> list[dict]:
-    """The run directories matching the patterns, in order; `option` names the one they came from."""
+def find_runs(patterns: list[str], option: str | None = None, program: str = "seqvae compare") -> list[dict]:
+    """The run directories matching the patterns, in order; `option` names the one they came from,
+    `program` the command whose notice this is."""
     where = f"{option} " if option else ""
     paths: list[Path] = []
     for pattern in patterns:
@@ -197,7 +198,7 @@ def find_runs(patterns: list[str], option: str | None = None) -> list[dict]:
     if skipped:
         names = ", ".join(str(p) for p in skipped[:3]) + (f" and {len(skipped) - 3} more" if len(skipped) > 3 else "")
         print(
-            f"seqvae compare: skipped {len(skipped)} directories without metrics.json (predict, unfinished, failed or "
+            f"{program}: skipped {len(skipped)} directories without metrics.json (predict, unfinished, failed or "
             f"empty): {names}",
             file=sys.stderr,
         )
