@@ -198,8 +198,7 @@ def find_runs(patterns: list[str], option: str | None = None, program: str = "se
     if skipped:
         names = ", ".join(str(p) for p in skipped[:3]) + (f" and {len(skipped) - 3} more" if len(skipped) > 3 else "")
         print(
-            f"{program}: skipped {len(skipped)} directories without metrics.json (predict, unfinished, failed or "
-            f"empty): {names}",
+            f"{program}: skipped {len(skipped)} directories without metrics.json (predict, unfinished, failed or empty): {names}",
             file=sys.stderr,
         )
     if not runs:
