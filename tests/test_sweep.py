@@ -203,6 +203,11 @@ def test_select_variants_and_seeds(in_repo, capsys):
     assert capsys.readouterr().err.strip().endswith("--variants: maxx not in the grid")
     assert sweep.main(["configs/sweeps/yahoo10k.yaml", "--seeds", "4", "--dry-run"]) == 2
     assert capsys.readouterr().err.strip().endswith("--seeds: 4 not in the grid")
+    for option, value, says in [("--variants", "", "--variants: expected comma-separated variant names, got ''"),
+                                ("--seeds", "1,,", "--seeds: expected comma-separated integers, got '1,,'"),
+                                ("--seeds", "", "--seeds: expected comma-separated integers, got ''")]:  # fmt: skip
+        assert sweep.main(["configs/sweeps/yahoo10k.yaml", option, value, "--dry-run"]) == 2
+        assert capsys.readouterr().err.strip().endswith(says)
 
 
 def test_dry_run_command_lines(in_repo, tmp_path, capsys):

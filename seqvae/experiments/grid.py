@@ -283,14 +283,16 @@ def select(cells: list[Cell], variants: str | None, seeds: str | None) -> list[C
     keep = list(cells)
     if variants is not None:
         names = [n for n in variants.split(",") if n]
+        if not names:  # `--variants ''` selected no cell: "0 cells", exit 1, as if the grid had none
+            raise GridError(f"--variants: expected comma-separated variant names, got {variants!r}")
         unknown = [n for n in names if n not in {c.variant for c in cells}]
         if unknown:
             raise GridError(f"--variants: {', '.join(unknown)} not in the grid")
         keep = [c for c in keep if c.variant in names]
     if seeds is not None:
         try:
-            wanted = [int(x) for x in seeds.split(",") if x]
-        except ValueError as err:
+            wanted = [int(x) for x in seeds.split(",")]
+        except ValueError as err:  # '' and '1,,2' too
             raise GridError(f"--seeds: expected comma-separated integers, got {seeds!r}") from err
         unknown = [str(x) for x in wanted if x not in {c.seed for c in cells}]
         if unknown:
