@@ -38,16 +38,17 @@ def open_run(run: Path, checkpoint: str, prog: str) -> tuple[SeqVAE, TextDataMod
     resolve from the current directory were tracebacks."""
     from seqvae.errors import CorpusError
     from seqvae.store.checkpoints import load_checkpoint, require_run_checkpoint
+    from seqvae.store.files import CONFIG
 
     ckpt = run / "checkpoints" / f"{checkpoint}.ckpt"
-    if not (run / "config.yaml").is_file():
+    if not (run / CONFIG).is_file():
         raise refuse(prog, f"{run}: no config.yaml (not a run directory of seqvae fit)")
     if not ckpt.is_file():
         raise refuse(prog, f"{ckpt}: no such checkpoint")
     try:
         require_run_checkpoint(load_checkpoint(ckpt, "RUN_DIR"), ckpt, "RUN_DIR")
         model = SeqVAE.load_from_checkpoint(ckpt, map_location="cpu")
-        config = yaml.safe_load((run / "config.yaml").read_text(encoding="utf-8")) or {}
+        config = yaml.safe_load((run / CONFIG).read_text(encoding="utf-8")) or {}
         dm = TextDataModule(**(config.get("data") or {}))
     except CorpusError as err:  # relative data paths are read from the current directory, as fit read them
         raise refuse(prog, " ".join(str(err).split())) from None
