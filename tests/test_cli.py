@@ -269,6 +269,11 @@ BAD_COMMANDS = {
         ["test", "--ckpt_path", "{missing}", "--data.test", "{test}"],
         ["ckpt_path", "no such checkpoint file", "{missing}"],
     ),
+    # no --ckpt_path: Lightning evaluated the untrained initialisation and wrote its record (exit 0)
+    "test_without_checkpoint": (
+        ["test", "--data.train", "{train}", "--data.test", "{test}"],
+        ["ckpt_path: `test` evaluates a trained model and none was given", "--ckpt_path RUN/checkpoints/best.ckpt"],
+    ),
 }
 
 

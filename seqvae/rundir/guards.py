@@ -19,7 +19,13 @@ def check_checkpoint_file(ckpt: str | None, subcommand: str | None = None) -> No
     data module misses without it (the vocabulary it was to give, the training text). `last`,
     `best`, … name the checkpoints of the process's own fit: `validate`, `test` and `predict` run
     none, and Lightning then tested the untrained model (`last`, exit 0, a record saying `last`)
-    or raised a traceback (`best`)."""
+    or raised a traceback (`best`); with no ckpt_path at all they evaluated the untrained
+    initialisation and wrote its record."""
+    if not ckpt and subcommand in ("validate", "test", "predict"):  # Lightning would evaluate the initial weights
+        raise ConfigError(
+            f"ckpt_path: `{subcommand}` evaluates a trained model and none was given: add --ckpt_path "
+            "RUN/checkpoints/best.ckpt (without it the weights are the untrained initialisation)"
+        )
     if ckpt in LIGHTNING_CHECKPOINTS and subcommand in ("validate", "test", "predict"):
         raise ConfigError(
             f"ckpt_path: {ckpt!r} names a checkpoint of this command's own fit, and `{subcommand}` runs none: give the "
