@@ -32,7 +32,7 @@ from seqvae.options import check_parsed
 from seqvae.rundir.guards import (
     beside_a_finished_run,
     check_checkpoint_file,
-    check_save_dir,
+    check_logger,
     fit_checkpoint,
     not_a_finished_run,
 )
@@ -111,7 +111,7 @@ class SeqVAECLI(LightningCLI):
         check_checkpoint_file(cfg.get("ckpt_path"), self.subcommand)
         if cfg.get("model") is not None and cfg.get("data") is not None:
             check_parsed(cfg["model"], cfg["data"])  # an out-of-range number stops before any data file is read
-        check_save_dir(cfg)
+        check_logger(cfg)
         for line in settle_splits(cfg["data"], self._command_line) if cfg.get("data") is not None else ():
             print(line, file=sys.stderr)
         if self.subcommand in ("validate", "test", "predict"):

@@ -77,6 +77,8 @@ def test_a_bad_union_choice_is_one_short_line_naming_what_is_allowed(corpus, tmp
         ("--trainer.logger.init_args.save_dirr=x",  # a Union of three (a logger, a list of them, a bool)
          "trainer.logger.init_args.save_dirr: pytorch_lightning.loggers.TensorBoardLogger has no option 'save_dirr' "
          "(did you mean save_dir?)"),
+        ("--trainer.logger.init_args.max_queue=abc",  # passed on untyped: a TypeError in the writer's thread
+         "trainer.logger.init_args.max_queue: expected a number; got 'abc' (tensorboard's SummaryWriter)"),
     ],
 )  # fmt: skip
 def test_a_bad_class_option_names_the_option_and_what_is_wrong(corpus, tmp_path, capsys, option, expected):

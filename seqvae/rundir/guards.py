@@ -42,16 +42,37 @@ def _logger_args(cfg):
     return getattr(logger, "init_args", None)
 
 
-def check_save_dir(cfg) -> None:
+def check_logger(cfg) -> None:
     """A logger directory under a file (`save_dir: notes.txt`) is refused in one line before
-    any data is read (it surfaced as NotADirectoryError after the data and a run line)."""
+    any data is read (it surfaced as NotADirectoryError after the data and a run line); so is a
+    value of the wrong type for an option TensorBoardLogger passes on untyped to tensorboard's
+    SummaryWriter (`max_queue abc`: a TypeError traceback from the writer's thread, after the
+    run's version directory was made)."""
     args = _logger_args(cfg)
+    if str(getattr((cfg.get("trainer") or {}).get("logger"), "class_path", "")).endswith("TensorBoardLogger"):
+        _check_untyped_writer_options(args)
     save_dir = args.get("save_dir") if args is not None else None
     if not save_dir:
         return
     for path in (Path(save_dir), *Path(save_dir).parents):
         if path.exists() and not path.is_dir():
             raise ConfigError(f"trainer.logger.init_args.save_dir: {path} is a file, not a directory (save_dir {save_dir})")
+
+
+def _check_untyped_writer_options(args) -> None:
+    if not args:
+        return
+    import inspect
+
+    from pytorch_lightning.loggers import TensorBoardLogger
+    from torch.utils.tensorboard import SummaryWriter
+
+    own = inspect.signature(TensorBoardLogger).parameters
+    writer = inspect.signature(SummaryWriter).parameters
+    for key, value in args.items():
+        default = writer[key].default if key in writer and key not in own else None
+        if isinstance(default, (int, float)) and (isinstance(value, bool) or not isinstance(value, (int, float))):
+            raise ConfigError(f"trainer.logger.init_args.{key}: expected a number; got {value!r} (tensorboard's SummaryWriter)")
 
 
 def beside_a_finished_run(cfg, subcommand: str) -> None:
