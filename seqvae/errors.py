@@ -82,12 +82,14 @@ def class_options(class_path: str) -> list[str]:
 
 
 def unrecognized_option_hint(message: str, known: list[str]) -> str:
-    """argparse's "unrecognized arguments: --model.hiden_dim 3" with the nearest known option added."""
+    """argparse's "unrecognized arguments: --model.hiden_dim 3" with the nearest known option added
+    (for each unknown option that has one: `(did you mean --model.hidden_dim, --model.latent_dim?)`)."""
     import re
 
-    found = re.search(r"unrecognized arguments:.*?--([\w.]+)", message)
-    near = _nearest(found.group(1), known) if found else None
-    return f"{message} (did you mean --{near}?)" if near else message
+    _, _, given = message.partition("unrecognized arguments:")
+    nearest = [_nearest(name, known) for name in re.findall(r"(?:^|\s)--([\w.]+)", given)]
+    nearest = list(dict.fromkeys(f"--{near}" for near in nearest if near))
+    return f"{message} (did you mean {', '.join(nearest)}?)" if nearest else message
 
 
 def _public_names(module: str) -> list[str]:

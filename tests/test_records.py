@@ -89,6 +89,16 @@ def test_a_bad_class_option_names_the_option_and_what_is_wrong(corpus, tmp_path,
     assert not (tmp_path / "runs").exists()
 
 
+def test_every_misspelt_option_gets_its_nearest_name(corpus, tmp_path, capsys):
+    # Before: only the first unknown option had a suggestion.
+    line = one_error_line(*run(tiny(corpus, tmp_path / "runs", "--model.hiden_dim=3", "--model.laten_dim=2"), capsys))
+    assert line == (
+        "unrecognized arguments: --model.hiden_dim=3 --model.laten_dim=2 "
+        "(did you mean --model.hidden_dim, --model.latent_dim?)"
+    )
+    assert not (tmp_path / "runs").exists()
+
+
 def test_a_misspelt_init_arg_in_a_config_file_names_the_file(corpus, tmp_path, capsys):
     bad = tmp_path / "schedule.yaml"
     bad.write_text("model:\n  kl_schedule:\n    class_path: seqvae.LinearKLWarmup\n    init_args: {warmup_epoch: 3}\n")
