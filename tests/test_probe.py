@@ -105,6 +105,7 @@ def test_probe_writes_probe_json_and_adds_its_keys_to_metrics_json(fitted, capsy
     (["--train", "{corpus}#61-70"], "shares lines 61-70 with --train"),
     (["--sizes", "10,500"], "--sizes: 500 labelled texts asked for"),
     (["--label-column", "tab"], "--train: "),  # no line has a tab: no labels
+    (["--threads", "0"], "--threads: must be >= 1, got 0"),  # was taken as 1, silently
 ])  # fmt: skip
 def test_bad_input_is_one_line_naming_the_option_and_nothing_is_written(fitted, capsys, args, says):
     run_dir = fit(fitted, capsys, "vae")

@@ -213,7 +213,7 @@ def run_probe(args) -> dict:
             raise ProbeError(f"{held}: exists (a probe already run): give --force to replace it")
         if metrics is not None and any(k.startswith(PREFIX) for k in metrics):
             raise ProbeError(f"{metrics_path}: already holds probe/ keys: give --force to replace them")
-    torch.set_num_threads(max(1, min(torch.get_num_threads(), args.threads)))
+    torch.set_num_threads(min(torch.get_num_threads(), args.threads))  # never more than torch found
     start = time.monotonic()
     model, data = load_model(ckpt)
     if model.encoder is None:
@@ -356,8 +356,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--force", action="store_true", help="replace an earlier probe.json and metrics.json's probe/ keys")
     args = p.parse_args(argv)
     args.argv = argv
-    if args.draws < 1:
-        p.error(f"--draws: must be >= 1, got {args.draws}")
+    for name in ("draws", "threads"):  # --threads 0 was silently taken as 1
+        if getattr(args, name) < 1:
+            p.error(f"--{name}: must be >= 1, got {getattr(args, name)}")
     try:
         result = run_probe(args)
     except (ProbeError, CorpusError, ConfigError) as err:
