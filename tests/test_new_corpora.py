@@ -234,7 +234,10 @@ def test_a_text_far_longer_than_the_rest_is_named_with_its_line(tmp_path, capsys
     two = tmp_path / "two.txt"  # two runaway lines in a small file do not hide each other (a 99th percentile would)
     runaway = {5: 700, 30: 650}
     two.write_text("".join((" ".join(["w"] * runaway[i]) if i in runaway else f"w{i} the cat sat") + "\n" for i in range(50)))
-    assert long_text_hint(read_corpus(str(two), None, False, None)).startswith(f"line 6 of {two} has 700 tokens, 175× the 90th")
+    # ... and each is named (the user who deletes the longest still has the other)
+    assert long_text_hint(read_corpus(str(two), None, False, None)).startswith(
+        f"line 6 of {two} has 700 tokens, 175× the 90th percentile of its texts (4) (and 1 more such line(s): 31): "
+    )
     assert long_text_hint(read_corpus(str(train), None, False, 16)) is None  # skipped, as the line advises
     assert long_text_hint(read_corpus(str(train), (1, 40), False, None)) is None
     common = ["--model.test_iw_samples=2", "--trainer.max_epochs=1", f"--trainer.logger.init_args.save_dir={tmp_path}", *TINY]
@@ -247,6 +250,58 @@ def test_a_text_far_longer_than_the_rest_is_named_with_its_line(tmp_path, capsys
     where = [f"--trainer.logger.init_args.save_dir={tmp_path}", "--trainer.logger.init_args.version=p"]
     status, err = run(["predict", f"--ckpt_path={ckpt}", f"--data.predict={train}", *where], capsys)
     assert status == 0 and "percentile" not in err, err
+
+
+def test_text_without_spaces_and_a_mostly_unknown_training_text_are_warned_about(tmp_path, capsys):
+    # A new user's corpus of Chinese lines: each line was one "word", the vocabulary one id per
+    # training line, and nothing said why; with --data.min_freq 2 the training text was 100%
+    # unknown, and still nothing was said. val and test given as the training file itself are what
+    # the user asked for, not "not given".
+    cjk = tmp_path / "cjk.txt"
+    cjk.write_text("".join(f"今天天气很好我们去公园散步第{i}次\n" for i in range(30)), encoding="utf-8")
+    common = ["--model.test_iw_samples=2", "--trainer.max_epochs=1", f"--trainer.logger.init_args.save_dir={tmp_path}", *TINY]
+    status, err = run(["fit", f"--data.train={cjk}", f"--data.val={cjk}", f"--data.test={cjk}", *common], capsys)
+    assert status == 0, err
+    warnings = [line for line in err.splitlines() if line.startswith("seqvae: warning: ")]
+    assert warnings == [
+        f"seqvae: warning: data.train: 30 of the 30 texts of {cjk} are one token: seqvae splits text on whitespace, so a "
+        "text without spaces (Chinese, Japanese, …) is one word of the vocabulary; tokenise such a corpus first, one text "
+        "per line with spaces between tokens (docs/data.md)"
+    ], err
+    status, err = run(["fit", f"--data.train={cjk}", "--data.min_freq=2", *common, "--trainer.logger.init_args.version=mf2"], capsys)
+    assert status == 0, err
+    assert (
+        "seqvae: warning: data.train: 100% of its tokens are unknown to the vocabulary: the model learns little but the "
+        "unknown token"
+    ) in err, err
+    assert "seqvae: warning: data.val is not given" in err and "seqvae: warning: data.test is not given" in err
+
+
+def test_a_share_is_printed_with_two_digits_never_in_e_notation():
+    from seqvae.text.hints import percent
+
+    assert [percent(r) for r in (0, 1, 0.9999, 0.995, 0.5, 0.123, 0.05, 0.0123, 1 / 36000)] == [
+        "0%", "100%", ">99%", ">99%", "50%", "12%", "5.0%", "1.2%", "0.0028%",
+    ]  # fmt: skip
+
+
+def test_a_tab_with_nothing_before_it_is_a_text_without_a_label(tmp_path):
+    path = tmp_path / "edge.tsv"
+    path.write_text("".join(f"{i % 3}\tthe cat sat {i}\n" for i in range(10)) + "\tno label here\n")
+    corpus = read_corpus(str(path), None, "tab", None)
+    assert corpus.labels[-1] is None and corpus.texts[-1] == ["no", "label", "here"]
+    assert label_column_hint(corpus, "tab") == (
+        f"{path}: data.label_column is tab but 1 of 11 lines have nothing before the tab (first at line 11): they are "
+        "read as text with no label"
+    )
+
+
+def test_a_split_set_to_the_training_file_keeps_its_name_in_compare():
+    from seqvae.text.splits import fold_split_keys
+
+    given = {"data.train": "a.txt", "data.val": "a.txt", "data.test": None}
+    fold_split_keys(given)
+    assert given == {"data.train": "a.txt", "data.val": "a.txt", "data.test": None}  # unset stays unset
 
 
 def test_scoring_on_another_corpus_warns_about_its_unknown_rate(tmp_path, capsys):

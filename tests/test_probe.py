@@ -103,7 +103,7 @@ def test_probe_writes_probe_json_and_adds_its_keys_to_metrics_json(fitted, capsy
 @pytest.mark.parametrize("args, says", [
     (["--test", "missing.txt#1-5"], "--test: missing.txt: no such file"),
     (["--train", "{corpus}#61-70"], "shares lines 61-70 with --train"),
-    (["--sizes", "10,500"], "--sizes: 500 labelled texts asked for"),
+    (["--sizes", "10,500,600"], "--sizes: 500, 600 labelled texts asked for"),  # each at once, not one per retry
     (["--label-column", "tab"], "--train: "),  # no line has a tab: no labels
     (["--threads", "0"], "--threads: must be >= 1, got 0"),  # was taken as 1, silently
 ])  # fmt: skip
@@ -143,3 +143,12 @@ def test_probe_help_starts_without_torch():
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0 and "usage: seqvae probe" in result.stdout, result.stderr[-2000:] + result.stdout
+
+
+def test_an_accuracy_interval_stays_within_0_and_1():
+    from seqvae.analysis.probe import interval
+
+    wide = interval([0.5, 1.0])  # two draws: t(0.975, 1) = 12.706 reaches far past 1 and below 0
+    assert (wide["mean"], wide["lo"], wide["hi"]) == (0.75, 0.0, 1.0)
+    narrow = interval([0.5, 0.6, 0.7])
+    assert narrow["lo"] == pytest.approx(0.6 - 4.302653 * 0.1 / 3**0.5) and narrow["hi"] == pytest.approx(0.6 + 4.302653 * 0.1 / 3**0.5)

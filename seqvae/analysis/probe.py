@@ -85,13 +85,15 @@ def predict(probe: dict, x):
 
 
 def interval(values: list[float]) -> dict:
-    """Mean with its 95% Student-t interval over the values (no bounds for fewer than 2)."""
+    """Mean with its 95% Student-t interval over the accuracies (no bounds for fewer than 2),
+    cut to [0, 1]: with few draws the t-interval reaches past what an accuracy can be
+    (`[0.033, 1.127]` for two draws)."""
     mean = statistics.fmean(values)
     if len(values) < 2:
         return {"mean": mean, "lo": None, "hi": None, "sd": None}
     sd = statistics.stdev(values)
     half = t975(len(values) - 1) * sd / math.sqrt(len(values))
-    return {"mean": mean, "lo": mean - half, "hi": mean + half, "sd": sd}
+    return {"mean": mean, "lo": max(0.0, mean - half), "hi": min(1.0, mean + half), "sd": sd}
 
 
 def majority_rate(y) -> tuple[int, float]:
@@ -246,8 +248,12 @@ def run_probe(args) -> dict:
     max_length = data.get("max_length")
     train_texts, train_labels, train_unlabelled = read_labelled(specs["train"], "--train", label_column, max_length)
     test_texts, test_labels, test_unlabelled = read_labelled(specs["test"], "--test", label_column, max_length)
-    if max(sizes) > len(train_texts):
-        raise ProbeError(f"--sizes: {max(sizes)} labelled texts asked for but --train {specs['train']} holds {len(train_texts)}")
+    if too_many := [n for n in sizes if n > len(train_texts)]:  # all of them at once, not one refusal per retry
+        raise ProbeError(
+            f"--sizes: {', '.join(map(str, too_many))} labelled texts asked for but --train {specs['train']} holds "
+            f"{len(train_texts)}"
+            + (f" (the default sizes: give --sizes up to {len(train_texts)})" if args.sizes == SIZES else "")
+        )
     classes = class_index(train_labels + test_labels)
     index = {c: i for i, c in enumerate(classes)}
     train_y = torch.tensor([index[v] for v in train_labels])

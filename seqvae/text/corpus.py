@@ -52,6 +52,8 @@ class Corpus:
     first_untabbed_line: int | None = None  # the first kept line with no tab
     n_odd_label: int = 0  # kept lines with a tab whose part before it is not one short token
     first_odd_label_line: int | None = None
+    n_blank_label: int = 0  # kept lines with a tab and nothing before it (`<TAB>text`): no label
+    first_blank_label_line: int | None = None
     lines_read: tuple[int, int] = (1, 0)  # the 1-based, inclusive span of file lines read
     # The first whitespace-separated token of each kept line (before any label is taken off),
     # counted where it looks like a class label (`3`, `-1`, `__label__pos`): a `label text`
@@ -146,7 +148,7 @@ def _add_line(corpus: Corpus, number: int, text: str, labels: str | None, max_le
         head, rest = text.split("\t", 1)
         label_like = rest.strip() != "" and 0 < len(head.strip()) <= LABEL_MAX_CHARS and len(head.split()) == 1
         if labels == "tab":
-            label, text = head, rest
+            label, text = head.strip() or None, rest  # `<TAB>text` has no label, as a line without a tab
     tokens = text.split()
     first_token = tokens[0] if tokens else None
     if labels == "first_token" and tokens:
@@ -165,6 +167,9 @@ def _add_line(corpus: Corpus, number: int, text: str, labels: str | None, max_le
         corpus.n_label_like += 1
         if corpus.first_label is None:
             corpus.first_label, corpus.first_label_line = head.strip(), number
+    elif has_tab and not head.strip():
+        corpus.n_blank_label += 1
+        corpus.first_blank_label_line = corpus.first_blank_label_line or number
     elif has_tab:
         corpus.n_odd_label += 1
         corpus.first_odd_label_line = corpus.first_odd_label_line or number

@@ -4,6 +4,7 @@ every command prints (`report_data`)."""
 
 from __future__ import annotations
 
+import math
 import sys
 from collections import Counter
 
@@ -111,6 +112,11 @@ def label_column_hint(corpus: Corpus, label_column) -> str | None:
             f"{n - corpus.n_tab} of {n} lines hold no tab (first at line {corpus.first_untabbed_line}): "
             "they are read as text with no label"
         )
+    if corpus.n_blank_label:
+        problems.append(
+            f"{corpus.n_blank_label} of {n} lines have nothing before the tab (first at line "
+            f"{corpus.first_blank_label_line}): they are read as text with no label"
+        )
     if corpus.n_odd_label:
         problems.append(
             f"on {corpus.n_odd_label} of {n} lines the part before the tab is not one short label (first at line "
@@ -143,10 +149,17 @@ def long_text_hint(corpus: Corpus) -> str | None:
     longest = lengths[-1]
     if longest <= 500 or longest <= 5 * typical:
         return None
-    where = corpus.line_numbers[max(range(len(lengths)), key=lambda i: len(corpus.texts[i]))] if corpus.line_numbers else None
+    outliers = sorted(
+        (i for i, text in enumerate(corpus.texts) if len(text) > 500 and len(text) > 5 * typical),
+        key=lambda i: -len(corpus.texts[i]),
+    )
+    where = corpus.line_numbers[outliers[0]] if corpus.line_numbers else None
     line = f"line {where} of {corpus.path}" if where is not None else f"a text of {corpus.path}"
+    others = sorted(corpus.line_numbers[i] for i in outliers[1:]) if corpus.line_numbers else []
+    also = f" (and {len(others)} more such line(s): {', '.join(map(str, others[:5]))}{', …' if len(others) > 5 else ''})"
     return (
-        f"{line} has {longest} tokens, {longest / typical:.0f}× the {q * 100:.0f}th percentile of its texts ({typical}): "
+        f"{line} has {longest} tokens, {longest / typical:.0f}× the {q * 100:.0f}th percentile of its texts ({typical})"
+        f"{also if others else ''}: "
         f"its batch is padded to it (time, memory) and its NLL weighs on the per-text mean; --data.max_length "
         f"{max(2 * typical, 1)} skips such lines"
     )
@@ -161,7 +174,7 @@ def unk_rate_hint(split: str, s: dict, train_rate: float | None) -> str | None:
     if train_rate == 0 and s["unk_rate"] > 0:
         count = round(s["unk_rate"] * s["tokens"])
         return (
-            f"data.{split}: {count} of its {s['tokens']} tokens ({100 * s['unk_rate']:.2g}%) are unknown to the vocabulary, "
+            f"data.{split}: {count} of its {s['tokens']} tokens ({percent(s['unk_rate'])}) are unknown to the vocabulary, "
             "and the training text had none: the model never learned the unknown token, only that it never occurs, so "
             "each such word costs many nats (train with a --data.min_freq that leaves some training words out, or a "
             "--data.max_vocab, so that training sees unknown words)"
@@ -175,14 +188,49 @@ def unk_rate_hint(split: str, s: dict, train_rate: float | None) -> str | None:
     )
 
 
-def fallback_warnings(splits: dict) -> list[str]:
-    """One line for each evaluation split that is the training split itself (`TextDataModule.splits`)."""
+def percent(rate: float) -> str:
+    """A share as a percentage with two significant digits, never in e-notation (`1e+02%` for
+    all of them) and never rounded to 100% or 0% unless it is."""
+    if rate in (0, 1):
+        return f"{100 * rate:.0f}%"
+    digits = max(0, 1 - math.floor(math.log10(100 * rate))) if rate < 0.1 else 0
+    shown = f"{100 * rate:.{digits}f}"
+    return f"{'>99' if float(shown) >= 100 else shown}%"
+
+
+def fallback_warnings(splits: dict, given: dict) -> list[str]:
+    """One line for each evaluation split that was not given and is therefore the training split
+    itself (`TextDataModule.splits`); `given`: {split: whether data.<split> was set}. A split set
+    to the training file is what the user asked for, and is not said to be missing."""
     uses = {"val": "validation and the choice of the best checkpoint", "test": "the test metrics"}
     return [
         f"data.{split} is not given: {use} read the training texts; give --data.{split} FILE or FILE#FIRST-LAST"
         for split, use in uses.items()
-        if splits[split] == splits["train"] and splits["train"] is not None
+        if not given[split] and splits[split] == splits["train"] and splits["train"] is not None
     ]
+
+
+def token_warnings(corpus: Corpus, s: dict) -> list[str]:
+    """The training text's warnings about how it was split into words: nearly every line one
+    token (text without spaces, as Chinese or Japanese: each line becomes one "word" of the
+    vocabulary and nothing is learnt), and most of its tokens unknown to the vocabulary (then
+    the model learns little but the unknown token, and its NLL says little about the text)."""
+    out = []
+    n = len(corpus.texts)
+    single = sum(len(text) == 1 for text in corpus.texts)
+    if n >= 20 and single >= 0.9 * n:
+        out.append(
+            f"data.train: {single} of the {n} texts of {corpus.path} are one token: seqvae splits text on whitespace, so a text "
+            "without spaces (Chinese, Japanese, …) is one word of the vocabulary; tokenise such a corpus first, "
+            "one text per line with spaces between tokens (docs/data.md)"
+        )
+    if s["unk_rate"] > 0.25:
+        out.append(
+            f"data.train: {percent(s['unk_rate'])} of its tokens are unknown to the vocabulary: the model learns little "
+            "but the unknown token, and its NLL says little about the text (a --data.min_freq or --data.max_vocab that "
+            "leaves out most words, another corpus's --data.vocab, or text not split into words)"
+        )
+    return out
 
 
 def report_data(trainer, dm, splits: tuple[str, ...]) -> None:
@@ -210,5 +258,10 @@ def report_data(trainer, dm, splits: tuple[str, ...]) -> None:
         if hint is not None:
             print(f"seqvae: warning: {hint}", file=sys.stderr)
     print(f"seqvae: vocabulary {dm.vocab_size} ids; run directory {trainer.log_dir}", file=sys.stderr)
-    for line in fallback_warnings(dm.splits) if "train" in splits else ():
+    if "train" not in splits:
+        return
+    given = {
+        split: dm.hparams.get(split) is not None or dm.hparams.get(f"{split}_lines") is not None for split in ("val", "test")
+    }
+    for line in fallback_warnings(dm.splits, given) + token_warnings(dm.corpora["train"], summary["train"]):
         print(f"seqvae: warning: {line}", file=sys.stderr)

@@ -77,7 +77,8 @@ def resolve_splits(train, val, test, train_lines=None, val_lines=None, test_line
 def fold_split_keys(flat: dict) -> None:
     """A run's flattened config (`data.train`, `data.train_lines`, …) with each split as one value,
     in place: a run written in the older form groups with the same run written in the new one
-    (`seqvae compare`). A val/test split that is the training split is None, as it is unset."""
+    (`seqvae compare`). A val/test split left unset (the training split stands in) is None; one set
+    to the training file is that file, as the run's record has it."""
     names = [f"data.{s}" for s in ("train", "val", "test")]
     if not any(k in flat for k in names):
         return
@@ -86,6 +87,8 @@ def fold_split_keys(flat: dict) -> None:
         splits = resolve_splits(*(flat.get(k) for k in names), *lines)
     except (ConfigError, CorpusError):
         return
-    for key, split in zip(names, ("train", "val", "test")):
+    given = [flat.get(k) is not None or line is not None for k, line in zip(names, lines)]
+    for key, split, set_by_user in zip(names, ("train", "val", "test"), given):
         value = splits[split]
-        flat[key] = split_value(*value) if value is not None and (split == "train" or value != splits["train"]) else None
+        shown = value is not None and (split == "train" or set_by_user or value != splits["train"])
+        flat[key] = split_value(*value) if shown else None
