@@ -143,7 +143,7 @@ def test_a_checkpoint_carrying_code_is_refused_and_nothing_runs(trained, tmp_pat
     args = {
         "ckpt_path": ["test", f"--ckpt_path={evil}", *data, *common],
         "init_encoder_from": ["fit", f"--model.init_encoder_from={evil}", *data, *common],
-        "vocab": ["test", f"--data.vocab={evil}", f"--data.test={root / 'corpus.txt'}", *common],
+        "vocab": ["fit", f"--data.vocab={evil}", *data, *common],  # (test without a --ckpt_path is refused before)
     }[option]
     status, err = run(args, capsys)
     assert status == 2
