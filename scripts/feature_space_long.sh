@@ -4,7 +4,7 @@
 # six runs of ~2.5 h on one core each, JOBS at a time (default 2), one thread each; resumable (rerun it). When all
 # six have finished, the last two calls draw the figures into docs/figures/feature_space/yahoo10k_long_<init>*.png
 # from the finished runs (loaded, not retrained), and each finished run's small files (config.yaml, curves.csv,
-# metrics.json) are exported to docs/results/feature_space_long/<init>/<variant>/seed1, so the figures' KL curves and
+# metrics.json, per_text.csv) are exported to docs/results/feature_space_long/<init>/<variant>/seed1, so the figures' KL curves and
 # cosines can be checked against files. Run from the repository root:
 #   scripts/feature_space_long.sh
 set -euo pipefail
