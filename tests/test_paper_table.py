@@ -114,6 +114,20 @@ def test_a_declaration_naming_an_unknown_estimator_is_refused_in_one_line(grid, 
     assert err.count("\n") == 1 and "rows[3] (MaxPool): estimator 'wang'" in err and str(path) in err
 
 
+@pytest.mark.parametrize("numbers, says", [
+    ({"nll": 327.2, "kll": 3.7}, "rows[3] (MaxPool).yahoo: 'kll' is not a column of the table"),  # was a blank cell
+    ({"nll": "327.2"}, "rows[3] (MaxPool).yahoo.nll: expected a number as the paper prints it; got '327.2'"),
+    ([327.2], "rows[3] (MaxPool).yahoo: expected the paper's numbers as a mapping"),
+])  # fmt: skip
+def test_a_row_whose_numbers_are_misspelt_or_not_numbers_is_refused_in_one_line(grid, capsys, numbers, says):
+    path, _ = grid
+    spec = yaml.safe_load(path.read_text())
+    spec["rows"][2]["yahoo"] = numbers
+    path.write_text(yaml.safe_dump(spec))
+    rc, out, err = render(capsys, path)
+    assert rc == 2 and out == "" and err.count("\n") == 1 and says in err, err
+
+
 def test_committed_table1_lists_every_row_of_the_paper():
     spec = paper_table.read_declaration(paper_table.Path("docs/results/table1.yaml"))
     paper_rows = [r["row"] for r in spec["rows"] if r.get("yahoo") or r.get("yelp")]

@@ -60,6 +60,8 @@ def read_declaration(path: Path) -> dict:
         for name in row:
             if name not in ("row", "runs", "estimator", "note", "baseline") and name not in spec["datasets"]:
                 raise TableError(f"{path}: rows[{i}] ({row['row']}): {name!r} is neither a dataset nor a row key")
+            if name in spec["datasets"]:
+                check_numbers(row[name], f"{path}: rows[{i}] ({row['row']}).{name}")
     for about in spec["datasets"].values():
         for grid in about.get("grids", []):
             # a root not exported yet is a grid's row `not run`; no root at all is a path read from elsewhere
@@ -71,6 +73,20 @@ def read_declaration(path: Path) -> dict:
     if not any(row.get("baseline") for row in spec["rows"]):
         raise TableError(f"{path}: no row is `baseline: true` (the row the paper's and seqvae's differences are to)")
     return spec
+
+
+def check_numbers(numbers, where: str) -> None:
+    """A row's numbers for one dataset: only the paper's columns (a misspelt key, `kll: 8.0`, was
+    rendered as a blank `–` cell), each a number as printed (a string gave a traceback), or a note."""
+    if not isinstance(numbers, dict):
+        raise TableError(f"{where}: expected the paper's numbers as a mapping ({', '.join((*NLL_KEYS, *PAPER_METRICS))}, note)")
+    for key, value in numbers.items():
+        if key == "note":
+            continue
+        if key not in (*NLL_KEYS, *PAPER_METRICS):
+            raise TableError(f"{where}: {key!r} is not a column of the table ({', '.join((*NLL_KEYS, *PAPER_METRICS))}, note)")
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise TableError(f"{where}.{key}: expected a number as the paper prints it; got {value!r}")
 
 
 def declared_variants(sweeps: list[str]) -> dict[str, str]:
