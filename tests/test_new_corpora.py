@@ -268,7 +268,8 @@ def test_text_without_spaces_and_a_mostly_unknown_training_text_are_warned_about
         "text without spaces (Chinese, Japanese, …) is one word of the vocabulary; tokenise such a corpus first, one text "
         "per line with spaces between tokens (docs/data.md)"
     ], err
-    status, err = run(["fit", f"--data.train={cjk}", "--data.min_freq=2", *common, "--trainer.logger.init_args.version=mf2"], capsys)
+    mf2 = ["--data.min_freq=2", "--trainer.logger.init_args.version=mf2"]
+    status, err = run(["fit", f"--data.train={cjk}", *mf2, *common], capsys)
     assert status == 0, err
     assert (
         "seqvae: warning: data.train: 100% of its tokens are unknown to the vocabulary: the model learns little but the "
@@ -455,3 +456,15 @@ def test_a_limit_written_as_an_integer_is_that_many_batches(tmp_path):
     cfg = write_yaml(tmp_path / "c.yaml", "trainer: {limit_val_batches: 1, limit_test_batches: 0.5}\n")
     assert integer_limits(["--config", cfg, "--trainer.limit_train_batches", "1"]) == {"limit_val_batches": 1, "limit_train_batches": 1}
     assert integer_limits(["--config", cfg, "--trainer.limit_val_batches=1.0"]) == {}  # a fraction: 100%
+
+
+def test_a_missing_split_of_a_downloadable_corpus_names_the_download_command(tmp_path):
+    # The paper-size configs read data/yahoo/train.txt; in a fresh clone it is not there yet.
+    with pytest.raises(CorpusError) as err:
+        read_corpus(str(tmp_path / "data" / "yahoo" / "train.txt"), None, False, None)
+    assert str(err.value) == (
+        f"{tmp_path / 'data' / 'yahoo' / 'train.txt'}: no such file (fetch it: seqvae download yahoo --dest {tmp_path / 'data'})"
+    )
+    with pytest.raises(CorpusError) as err:  # another file: no advice
+        read_corpus(str(tmp_path / "mine" / "train.txt"), None, False, None)
+    assert str(err.value) == f"{tmp_path / 'mine' / 'train.txt'}: no such file"

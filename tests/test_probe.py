@@ -151,4 +151,5 @@ def test_an_accuracy_interval_stays_within_0_and_1():
     wide = interval([0.5, 1.0])  # two draws: t(0.975, 1) = 12.706 reaches far past 1 and below 0
     assert (wide["mean"], wide["lo"], wide["hi"]) == (0.75, 0.0, 1.0)
     narrow = interval([0.5, 0.6, 0.7])
-    assert narrow["lo"] == pytest.approx(0.6 - 4.302653 * 0.1 / 3**0.5) and narrow["hi"] == pytest.approx(0.6 + 4.302653 * 0.1 / 3**0.5)
+    half = 4.302653 * 0.1 / 3**0.5  # t(0.975, 2) · s.d. / √n: inside [0, 1], not cut
+    assert narrow["lo"] == pytest.approx(0.6 - half) and narrow["hi"] == pytest.approx(0.6 + half)

@@ -104,7 +104,7 @@ def read_corpus(
     """
     path = Path(path)
     if not path.is_file():
-        raise CorpusError(f"{path}: {'a directory, not a file' if path.is_dir() else 'no such file'}")
+        raise CorpusError(f"{path}: {'a directory, not a file' if path.is_dir() else 'no such file' + _download_hint(path)}")
     span = parse_line_range(lines)
     labels = label_format(label_column)
     pieces = _file_lines(path, span)
@@ -125,6 +125,16 @@ def read_corpus(
             )
         raise CorpusError(f"{path}{where}: no non-empty lines")
     return corpus
+
+
+def _download_hint(path: Path) -> str:
+    """For a missing DIR/<corpus>/{train,valid,test}.txt of a corpus `seqvae download` fetches (the
+    paper-size configs read data/yahoo/train.txt): the command that fetches it."""
+    from seqvae.text.download import CORPORA
+
+    if path.parent.name in CORPORA and path.name in ("train.txt", "valid.txt", "test.txt"):
+        return f" (fetch it: seqvae download {path.parent.name} --dest {path.parent.parent})"
+    return ""
 
 
 def _file_lines(path: Path, span: tuple[int, int] | None) -> list[bytes]:
