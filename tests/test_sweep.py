@@ -839,3 +839,17 @@ def test_a_data_path_by_interpolation_is_left_to_the_fit(tmp_path):
     assert sweep.missing_data_files(["--config", str(config), "--data.train", str(tmp_path / "u.txt")]) == [
         f"data.train: no such file {tmp_path / 'u.txt'}"
     ]
+
+
+def test_a_data_file_named_in_a_config_that_a_config_includes_is_checked_too(tmp_path):
+    # `config: inner.yaml` inside a --config file (jsonargparse reads it relative to the including
+    # file): its data files escaped the check, and the cell failed alone after writing its run directory.
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "inner.yaml").write_text(f"data: {{train: {tmp_path / 'gone.txt'}}}\n")
+    outer = tmp_path / "sub" / "outer.yaml"
+    outer.write_text("config: inner.yaml\nmodel: {latent_dim: 4}\n")
+    assert sweep.missing_data_files(["--config", str(outer)]) == [f"data.train: no such file {tmp_path / 'gone.txt'}"]
+    (tmp_path / "t.txt").write_text("a b\n")
+    outer.write_text(f"config: [inner.yaml]\ndata: {{train: {tmp_path / 't.txt'}}}\n")  # its own key wins
+    assert sweep.missing_data_files(["--config", str(outer)]) == []
+

@@ -180,17 +180,33 @@ SPLITS = ("train", "val", "test")
 SPLIT_LINES = re.compile(r"#\d+-\d+$")  # FILE#FIRST-LAST
 
 
+def _config_splits(path: Path, depth: int = 0) -> dict:
+    """The data splits a --config file sets, with those of the files its own `config:` key names
+    (relative to it, as jsonargparse reads them; before its own keys, which win). {} for a file
+    that cannot be read: the argument check names it."""
+    try:
+        loaded = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except (OSError, yaml.YAMLError):
+        return {}
+    if not isinstance(loaded, dict):
+        return {}
+    out: dict = {}
+    nested = loaded.get("config")
+    for inner in [nested] if isinstance(nested, str) else nested if isinstance(nested, list) else []:
+        if depth < 8 and isinstance(inner, str):  # a file that names itself stops here
+            out.update(_config_splits(path.parent / inner, depth + 1))
+    data = loaded.get("data")
+    out.update({k: v for k, v in data.items() if k in SPLITS} if isinstance(data, dict) else {})
+    return out
+
+
 def missing_data_files(args: list[str]) -> list[str]:
     """ "data.train: no such file F" for each split whose file, as the cell's `--config` files and
     flags set it (the last one wins), does not exist: what its fit would stop on. Reads no data."""
     values: dict[str, object] = {}
     for flag, value in zip(args[0::2], args[1::2]):
         if flag == "--config":
-            try:
-                data = (yaml.safe_load(Path(value).read_text(encoding="utf-8")) or {}).get("data")
-            except (OSError, yaml.YAMLError, AttributeError):
-                continue  # the argument check names a bad file
-            values.update({k: v for k, v in data.items() if k in SPLITS} if isinstance(data, dict) else {})
+            values.update(_config_splits(Path(value)))
         elif flag.startswith("--data.") and flag[7:] in SPLITS:
             values[flag[7:]] = None if value == "null" else value
     # a ${…} interpolation resolves only when fit parses the merged config: not checked here (its fit still says so)
