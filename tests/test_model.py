@@ -183,6 +183,47 @@ def test_python_api_after_checkpoint_round_trip(corpus, tmp_path):
     assert loaded.encode([])[0].shape == (0, 4) and loaded.elbo([]).shape == (0,)
 
 
+def test_the_api_refuses_bad_input_in_one_line(corpus, tmp_path):
+    # A new user's findings: one string was scored letter by letter, counts of 0 gave empty results or
+    # the default, negative ones torch errors, a bad checkpoint file torch's traceback.
+    from seqvae.errors import ConfigError, CorpusError
+
+    root, val = corpus
+    model = listening_model(root)
+    with pytest.raises(ConfigError, match=r"^texts: expected a list of texts, got one str: wrap it, \[text\]$"):
+        model.elbo(val[0])
+    with pytest.raises(ConfigError, match=r"^texts\[1\]: expected a string \(or a list of words\), got int 5$"):
+        model.encode([val[0], 5])
+    for call, says in [
+        (lambda: model.sample(0), "n: must be an integer >= 1, got 0"),
+        (lambda: model.interpolate(val[0], val[1], steps=1), "steps: must be an integer >= 2, got 1"),
+        (lambda: model.reconstruct(val[:2], max_length=0), "max_length: must be an integer >= 1, got 0"),
+        (lambda: model.iw_nll(val[:2], n_samples=0), "n_samples: must be an integer >= 1, got 0"),
+        (lambda: model.elbo(val[:2], batch_size=0), "batch_size: must be an integer >= 1, got 0"),
+    ]:
+        with pytest.raises(ConfigError) as err:
+            call()
+        assert str(err.value) == says
+    text = tmp_path / "notes.ckpt"
+    text.write_text("hello\n")
+    with pytest.raises(CorpusError, match="checkpoint_path: .*notes.ckpt: not a readable checkpoint"):
+        SeqVAE.load_from_checkpoint(text)
+    with pytest.raises(CorpusError, match="checkpoint_path: no such checkpoint file"):
+        SeqVAE.load_from_checkpoint(tmp_path / "missing.ckpt")
+
+
+def test_encode_gives_a_full_covariance_posteriors_shared_factor_once(corpus):
+    from seqvae.core.posteriors import FullCovGaussianPosterior
+
+    root, val = corpus
+    dm = datamodule(root)
+    model = tiny_model(dm.vocab_size, posterior=FullCovGaussianPosterior())
+    model.vocab = dm.vocab
+    for batch_size in (3, 64):  # was one (Z, Z) block per batch, stacked: its shape depended on batch_size
+        mu, L = model.encode(val[:10], batch_size=batch_size)
+        assert mu.shape == (10, 4) and L.shape == (4, 4)
+
+
 def test_encoder_hidden_dim_widens_the_encoder_alone(corpus, tmp_path):
     from seqvae.rundir.run_files import run_hparams
 

@@ -30,7 +30,10 @@ def sample_posterior(mu: torch.Tensor, logvar: torch.Tensor, k: int, generator=N
 class ExactDensity:
     """The part of the posterior interface a family with an exact, sampleable density shares: `draw`
     (a draw and its log q, IW-NLL's weights) and `base` (what AU and MI measure: the distribution
-    itself). A flow overrides both (its log q needs the pre-flow z; its base is the pre-flow Gaussian)."""
+    itself). A flow overrides both (its log q needs the pre-flow z; its base is the pre-flow Gaussian).
+    `shared_params`: the indices of `params()` that every text has in common (not one row per text)."""
+
+    shared_params: tuple[int, ...] = ()
 
     def draw(self, k: int, generator=None) -> tuple[torch.Tensor, torch.Tensor]:
         z = self.sample(k, generator)

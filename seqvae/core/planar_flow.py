@@ -173,6 +173,7 @@ class PlanarFlowGaussian:
     - `params()`: the base's (mu, log σ²)."""
 
     per_dimension_kl = False
+    shared_params: tuple[int, ...] = ()  # the base's parameters are per text
 
     def __init__(self, base: DiagonalGaussian, flow: PlanarFlow):
         self.base, self.flow = base, flow

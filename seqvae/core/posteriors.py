@@ -89,6 +89,7 @@ class FullCovGaussian(ExactDensity):
     by LU in float64 (an L near singularity makes the KL huge, as it should)."""
 
     per_dimension_kl = False
+    shared_params = (1,)  # L: one covariance factor for all texts
 
     def __init__(self, mu: torch.Tensor, L: torch.Tensor):
         self.mu, self.L = mu, L

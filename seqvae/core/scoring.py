@@ -81,11 +81,13 @@ def encode(model, texts: list[str], batch_size: int = 64) -> tuple[torch.Tensor,
     SA-VAE's after its SVI steps (`posterior`)."""
     if model.encoder is None:
         raise RuntimeError("the language model has no encoder")
-    outs = per_batch(model, texts, batch_size, lambda b: posterior(model, b["tokens"], b["lengths"]).params())
+    outs = per_batch(model, texts, batch_size, lambda b: posterior(model, b["tokens"], b["lengths"]))
     z = model.hparams.latent_dim
     if not outs:
         return torch.empty(0, z), torch.empty(0, z)
-    return torch.cat([o[0] for o in outs]), torch.cat([o[1] for o in outs])
+    shared = type(outs[0]).shared_params  # a parameter every text has in common (FullCovGaussian's L) is not stacked
+    params = [q.params() for q in outs]
+    return tuple(params[0][i] if i in shared else torch.cat([p[i] for p in params]) for i in range(len(params[0])))
 
 
 def elbo(model, texts: list[str], batch_size: int = 64) -> torch.Tensor:
