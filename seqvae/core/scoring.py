@@ -85,7 +85,7 @@ def encode(model, texts: list[str], batch_size: int = 64) -> tuple[torch.Tensor,
     z = model.hparams.latent_dim
     if not outs:
         return torch.empty(0, z), torch.empty(0, z)
-    shared = type(outs[0]).shared_params  # a parameter every text has in common (FullCovGaussian's L) is not stacked
+    shared = getattr(outs[0], "shared_params", ())  # one every text has in common (FullCovGaussian's L): not stacked
     params = [q.params() for q in outs]
     return tuple(params[0][i] if i in shared else torch.cat([p[i] for p in params]) for i in range(len(params[0])))
 
