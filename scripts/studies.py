@@ -22,6 +22,7 @@ import argparse
 import csv
 import json
 import math
+import random
 import statistics
 import sys
 import tempfile
@@ -34,7 +35,7 @@ from seqvae import SeqVAE
 from seqvae.core.losses import mean_pairwise_cosine
 from seqvae.core.metrics import mutual_information
 from seqvae.experiments.grid import GridError, grid_cells
-from seqvae.experiments.sweep import run_grid
+from seqvae.experiments.schedule import run_grid
 from seqvae.rundir.curves import write_curves
 from seqvae.text.corpus import read_corpus
 from seqvae.text.splits import resolve_splits
@@ -55,7 +56,15 @@ from seqvae.text.splits import resolve_splits
 ROOT = Path(__file__).resolve().parents[1]
 
 
-sys.path.insert(0, str(ROOT / "tests"))  # the tests' synthetic corpus writer
+WORDS = "the a cat dog sat ran on under mat log big small red blue".split()
+
+
+def write_corpus(path: Path, n: int, seed: int, min_len: int = 2, max_len: int = 9) -> None:
+    """n synthetic texts of 2-9 words from WORDS (the same generator as the tests' corpus, so the
+    precision study's committed figures stay those of this code)."""
+    rng = random.Random(seed)
+    lines = [" ".join(rng.choice(WORDS) for _ in range(rng.randint(min_len, max_len))) for _ in range(n)]
+    path.write_text("\n".join(lines) + "\n")
 
 
 METRICS = ("test/kl", "test/au", "test/mi", "test/mi_dataset", "test/iw_nll")
@@ -63,14 +72,15 @@ METRICS = ("test/kl", "test/au", "test/mi", "test/mi_dataset", "test/iw_nll")
 
 def train_and_test(root: Path, seed: int, precision: str, fused: bool, epochs: int) -> dict:
     import pytorch_lightning as pl
-    from test_model import datamodule, tiny_model
+
+    from seqvae.text.datamodule import TextDataModule
 
     common = dict(accelerator="cpu", devices=1, logger=False, enable_checkpointing=False, enable_progress_bar=False,
                   enable_model_summary=False, num_sanity_val_steps=0)  # fmt: skip
     pl.seed_everything(seed, verbose=False)
-    dm = datamodule(root)
-    model = tiny_model(dm.vocab_size, embed_dim=16, hidden_dim=32, latent_dim=8, bn_gamma=0.6, test_iw_samples=10,
-                       fused_output=fused)  # fmt: skip
+    dm = TextDataModule(*(str(root / f) for f in ("train.txt", "valid.txt", "test.txt")), batch_size=8)
+    model = SeqVAE(dm.vocab_size, embed_dim=16, hidden_dim=32, latent_dim=8, bn_gamma=0.6, val_iw_samples=0,
+                   test_iw_samples=10, fused_output=fused)  # fmt: skip
     pl.Trainer(max_epochs=epochs, precision=precision, **common).fit(model, dm)
     result = pl.Trainer(precision="32-true", **common).test(model, dm, verbose=False)[0]
     return {k: float(result[k]) for k in METRICS}
@@ -86,7 +96,6 @@ def precision_main(argv: list[str] | None = None) -> int:
     import warnings
 
     import torch
-    from test_model import write_corpus
 
     from seqvae.analysis.differences import t975
 

@@ -1,7 +1,8 @@
 """seqvae: LSTM sequence VAEs that do not collapse, with the metrics that tell.
 
 The package is split by sub-system (docs/architecture.md): `core/` (the model and its maths),
-`text/` (corpora, splits, vocabulary, batching), `training/` (callbacks, log lines), `rundir/`
+`store/` (run files, the checkpoint loader, the strategy registry), `text/` (corpora, splits,
+vocabulary, batching), `training/` (callbacks, log lines), `rundir/`
 (the run directory's files), `analysis/` (reading and comparing runs; torch-free),
 `experiments/` (grids and sweeps; torch-free), and the CLI at the top.
 

@@ -27,10 +27,14 @@ def modules() -> dict[str, Path]:
     return out
 
 
-def imports_of(name: str, path: Path, known: dict[str, Path]) -> set[str]:
-    """The seqvae modules `name` imports anywhere in its file (module level or in a function)."""
-    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-    found = set()
+IMPORT_FUNCTIONS = {"import_module", "__import__"}  # importlib.import_module("seqvae.x"), __import__("seqvae.x")
+
+
+def imported_names(path: Path, package: str) -> list[tuple[str, list[str]]]:
+    """(module, [names imported from it]) for every import in the file as written (old paths
+    untranslated): statements at any depth, and importlib.import_module / __import__ called with a
+    literal string (relative to `package` when it starts with a dot)."""
+    found = []
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.ImportFrom):
             base = node.module or ""
@@ -39,14 +43,30 @@ def imports_of(name: str, path: Path, known: dict[str, Path]) -> set[str]:
                 for _ in range(node.level - 1):
                     anchor = anchor.rpartition(".")[0]
                 base = f"{anchor}.{base}" if base else anchor
-            candidates = [base, *(f"{base}.{a.name}" for a in node.names)]
+            found.append((base, [a.name for a in node.names]))
         elif isinstance(node, ast.Import):
-            candidates = [a.name for a in node.names]
-        else:
-            continue
-        for c in candidates:
+            found += [(a.name, []) for a in node.names]
+        elif isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", None)) in IMPORT_FUNCTIONS:
+            arg = node.args[0] if node.args else None
+            if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+                target = arg.value
+                if target.startswith("."):
+                    target = package + target if target != "." else package
+                found.append((target, []))
+    return found
+
+
+def imports_of(name: str, path: Path, known: dict[str, Path]) -> set[str]:
+    """The seqvae modules `name` imports anywhere in its file (module level or in a function, by
+    statement or by a literal importlib.import_module). `from seqvae import x` counts as an import
+    of the package itself (the top room) unless x is a module."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = set()
+    for base, names in imported_names(path, package):
+        submodules = [f"{base}.{n}" for n in names if seqvae.OLD_PATHS.get(f"{base}.{n}", f"{base}.{n}") in known]
+        for c in submodules if names and len(submodules) == len(names) else [base, *submodules]:
             c = seqvae.OLD_PATHS.get(c, c)
-            if c in known and c != name and c != "seqvae":
+            if c in known and c != name:
                 found.add(c)
     return found
 
@@ -127,7 +147,7 @@ def test_no_import_circle():
     assert cycle(graph()) is None
 
 
-# The rooms, bottom to top (docs/architecture.md, "Layers"): a module imports only its own room
+# The rooms, bottom to top (docs/architecture.md, "The order of rooms"): a module imports only its own room
 # and the rooms below it (module level or inside a function), so no arrow runs up and no two
 # rooms import each other. A room is a subpackage or a top-level module; the package itself
 # (`seqvae/__init__.py`: names loaded on first use) is the top.
@@ -187,6 +207,36 @@ def test_the_order_finds_a_constructed_upward_import():
 
 def test_no_room_imports_a_room_above_it():
     assert upward_imports(graph()) == []
+
+
+def test_the_graph_sees_lazy_string_and_package_root_imports(tmp_path):
+    """An arrow drawn by importlib with a literal, by __import__, or by `from seqvae import X` (the
+    package root: the top room) is an import as much as a statement is."""
+    known = modules()
+    for line in ('importlib.import_module("seqvae.cli")', '__import__("seqvae.cli")', "from seqvae import SeqVAE"):
+        (tmp_path / "files.py").write_text(f"import importlib\n\n\ndef f():\n    {line}\n")
+        assert upward_imports({"seqvae.store.files": imports_of("seqvae.store.files", tmp_path / "files.py", known)}), line
+    (tmp_path / "files.py").write_text("from seqvae import errors\n")
+    assert imports_of("seqvae.store.files", tmp_path / "files.py", known) == {"seqvae.errors"}
+
+
+DEVELOPER_FOLDERS = ("seqvae", "scripts", "benchmarks", "tools")
+
+
+def test_no_code_imports_an_old_path_or_a_private_name():
+    """The old flat paths (`seqvae.schedules`) are for old checkpoints and users' code, not ours:
+    the package and the developer folders import where a thing lives now (docs/architecture.md),
+    and the developer folders use seqvae's public names only (not `_x`)."""
+    root, found = PACKAGE.parent, []
+    for folder in DEVELOPER_FOLDERS:
+        for path in sorted((root / folder).rglob("*.py")):
+            rel = path.relative_to(root)
+            package = ".".join(rel.parent.parts)
+            for base, names in imported_names(path, package):
+                old = [m for m in (base, *(f"{base}.{n}" for n in names)) if m in seqvae.OLD_PATHS]
+                private = [n for n in names if n.startswith("_") and base.startswith("seqvae") and folder != "seqvae"]
+                found += [f"{rel}: {m} (old path)" for m in old] + [f"{rel}: {base}.{n} (private)" for n in private]
+    assert found == []
 
 
 def test_no_loop_between_rooms():

@@ -9,6 +9,7 @@ import json
 import os
 import re
 import shutil
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -853,3 +854,17 @@ def test_a_data_file_named_in_a_config_that_a_config_includes_is_checked_too(tmp
     outer.write_text(f"config: [inner.yaml]\ndata: {{train: {tmp_path / 't.txt'}}}\n")  # its own key wins
     assert sweep.missing_data_files(["--config", str(outer)]) == []
 
+
+
+def test_checkpoint_position_reads_a_checkpoint_holding_a_strategy_in_a_fresh_process(tmp_path):
+    # `--status` runs in a process that imported only the sweep: a last.ckpt whose hyper-parameters
+    # pickled a strategy object (a KL schedule) must still be read, through the one loader that
+    # declares the classes a file names (a bare torch.load(weights_only=True) refused it: None).
+    from seqvae.core.schedules import LinearKLWarmup
+
+    path = tmp_path / "last.ckpt"
+    torch.save({"epoch": 2, "hyper_parameters": {"kl_schedule": LinearKLWarmup(0.1, 10.0)}}, path)
+    code = f"from seqvae.experiments.cells import checkpoint_position; print(checkpoint_position({str(path)!r}, 20))"
+    env = os.environ | {"PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env)
+    assert out.stdout.strip() == "epoch 3/20"

@@ -285,7 +285,8 @@ def render_differences(groups: list[dict]) -> list[str]:
     lines = [
         f"Differences to the baseline {escape(base['label'])}: row − baseline, mean [95% interval]; "
         "* the interval excludes 0; n/a: no interval (the line under the table says why). "
-        "The baseline row shows its own mean ± s.d." + (" MC se: each row's own Monte-Carlo standard error." if se_cols else ""),
+        "The baseline row shows its own mean ± s.d."
+        + (" MC se: each row's own Monte-Carlo standard error (the root mean square of its runs')." if se_cols else ""),
         "",
         "| run | n | paired by | " + " | ".join(headers) + " |",
         "|---" * (len(headers) + 3) + "|",

@@ -32,9 +32,9 @@ import torch
 
 from seqvae.core import elbo
 from seqvae.core.gaussian import DiagonalGaussian
-from seqvae.core.strategies import strategy
 from seqvae.errors import ConfigError
 from seqvae.options import NON_NEGATIVE, POSITIVE, Range
+from seqvae.store.strategies import strategy
 
 
 def clip_factor(g: torch.Tensor, max_norm: float) -> torch.Tensor:

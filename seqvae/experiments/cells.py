@@ -281,9 +281,12 @@ def max_epochs(run_dir: Path) -> int | None:
 
 
 def _load_checkpoint(path: Path) -> dict:
-    import torch  # only when asked: the sweep itself runs without torch
+    # only when asked: the sweep itself runs without torch. Through the one loader, which declares
+    # the strategy classes the file pickled before reading it (a bare torch.load refused a
+    # checkpoint holding, e.g., a LinearKLWarmup in a process that had not imported it).
+    from seqvae.store.checkpoints import load_checkpoint
 
-    return torch.load(path, map_location="cpu", weights_only=True, mmap=True)  # data, never code
+    return load_checkpoint(path, "last.ckpt", mmap=True)  # data, never code
 
 
 def checkpoint_position(path: Path, of: int | None) -> str | None:
