@@ -59,7 +59,7 @@ def serve():
 
 def mirrors(monkeypatch, *mirror: download.Mirror, name="yahoo", pins=PINS):
     corpus = download.CORPORA[name]
-    monkeypatch.setitem(download.CORPORA, name, download.Corpus(corpus.pattern, pins, mirror))
+    monkeypatch.setitem(download.CORPORA, name, download.PublishedCorpus(corpus.pattern, pins, mirror))
 
 
 def tree(root: Path) -> dict[str, bytes | None]:

