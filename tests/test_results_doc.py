@@ -202,6 +202,7 @@ def _facts():
         # the short grid rerun (seeds that vary the batch order)
         *_rerun_facts(),
         *_transformer_facts(),
+        *_feature_space_facts(),
         # last vs max
         ("Max-pooled test feature cosine is {:.5f}", [m("yahoo10k/max/seed1", "test/feature_cos")]),
         ("IW-NLL is {:.2f} (max) vs {:.2f} (last)", [m("yahoo10k/max/seed1", "test/iw_nll"), m("yahoo10k/last/seed1", "test/iw_nll")]),
@@ -241,6 +242,14 @@ def _rerun_facts():
         ("report {:.0f} train minutes: their first epoch's wall time is {:.0f} min and their second's {:.0f}",
          [_metrics("yahoo10k_short_rerun/avg/seed1", "fit_seconds") / 60, wall["avg"][0] / 60, (wall["avg"][1] - wall["avg"][0]) / 60]),
     ]  # fmt: skip
+
+
+def _feature_space_facts():
+    """§3's Figures 2-3 sentence: the 3-unit runs' test KL at both inits and the `pytorch` ones' final validation cosine."""
+    runs = [f"feature_space_long/{init}/{v}/seed1" for init in ("reference", "pytorch") for v in ("last", "cosine", "max")]
+    cos = [_curve(r, "val/feature_cos")[-1] for r in runs[3:]]
+    return [("test KL {:.3f}/{:.3f}/{:.3f} and {:.3f}/{:.3f}/{:.3f}, whatever", [_metrics(r, "test/kl") for r in runs]),
+            ("and {:.3f}/{:.3f}/{:.3f})", cos)]  # fmt: skip
 
 
 def _transformer_facts():
