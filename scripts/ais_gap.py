@@ -39,7 +39,7 @@ def table(runs: list[dict]) -> str:
     for run in runs:
         models.setdefault(str(run["metrics"].get("checkpoint")), []).append(run)
     out = [
-        "| checkpoint | K | texts | IW-NLL | AIS-NLL | IW − AIS [95% CI] | AIS MC se | accept | AIS s/text |",
+        "| checkpoint | K | texts | IW-NLL | AIS-NLL | IW − AIS [95% CI] | AIS se per text (mean) | accept | AIS s/text |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for ckpt, group in models.items():
