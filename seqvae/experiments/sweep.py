@@ -81,7 +81,7 @@ from seqvae.experiments.cells import (  # noqa: F401  (checkpoint_position, max_
 )
 from seqvae.experiments.grid import Cell, GridError, load_grid, select  # noqa: F401  (load_grid: part of this module's API)
 from seqvae.experiments.local import LocalRunner
-from seqvae.experiments.schedule import needed_again, run_grid  # noqa: F401  (run_grid: part of this module's API, scripts use it)
+from seqvae.experiments.schedule import needed_again, run_grid
 from seqvae.experiments.status import status_table
 
 
