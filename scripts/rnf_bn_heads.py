@@ -7,7 +7,8 @@ its RUNNING statistics at evaluation and by each batch's own statistics in train
 
 For the checkpoint: per head (mu, log σ²), the running variance (smallest, median) and, over the
 split's texts, how far the pre-BN values sit from the running mean in running standard deviations
-(the largest |x − running mean| / sqrt(running var + eps)). Then the split's KL(q_K ‖ p) as the
+(the largest |x − running mean| / sqrt(running var + eps)), and their variance over the texts and within
+one length (`data.batching: bucket` trains on batches of one length). Then the split's KL(q_K ‖ p) as the
 model evaluates it (running statistics), split into its closed-form base term KL(q0 ‖ p) and the
 flow's Monte-Carlo correction, with the largest log σ² and |mu| of any text; and the same with each
 batch normalised by its own statistics (training's normalisation; the running statistics are left
@@ -44,6 +45,18 @@ def heads(layer, h: torch.Tensor, own_batch_statistics: bool) -> DiagonalGaussia
     return DiagonalGaussian(*out)
 
 
+def within_length_variance(x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+    """Per column of x (N, D): the variance within groups of texts of one length, pooled over the
+    lengths that have two texts or more (weights n − 1): what an equal-length batch sees."""
+    num, den = torch.zeros(x.size(1), dtype=x.dtype), 0
+    for length in lengths.unique():
+        group = x[lengths == length]
+        if group.size(0) > 1:
+            num += (group.size(0) - 1) * group.var(0)
+            den += group.size(0) - 1
+    return num / den if den else torch.full((x.size(1),), float("nan"), dtype=x.dtype)
+
+
 def report(run: Path, checkpoint: str, split: str, seed: int) -> dict:
     model, dm = open_run(run, checkpoint, "rnf_bn_heads")
     model.eval()
@@ -54,7 +67,8 @@ def report(run: Path, checkpoint: str, split: str, seed: int) -> dict:
     dm.setup("test" if split == "test" else "validate")
     loader = dm.test_dataloader() if split == "test" else dm.val_dataloader()
     torch.manual_seed(seed)
-    pre_all, mus, sums = (
+    pre_all, lengths, mus, sums = (
+        [],
         [],
         {"running": [], "batch": []},
         {
@@ -66,7 +80,8 @@ def report(run: Path, checkpoint: str, split: str, seed: int) -> dict:
     with torch.no_grad():
         for batch in loader:
             h = model.encoder.features(batch["tokens"], batch["lengths"])
-            pre_all.append(torch.nn.Linear.forward(layer, h).float())
+            pre_all.append(torch.nn.Linear.forward(layer, h).double())
+            lengths.append(batch["lengths"])
             # the evaluation path below must be the model's own (layer.base in eval mode), or the report says nothing
             assert torch.equal(heads(layer, h, False).logvar, layer.base(h).logvar)
             for mode in ("running", "batch"):
@@ -82,7 +97,7 @@ def report(run: Path, checkpoint: str, split: str, seed: int) -> dict:
                 s["max_logvar"] = max(s["max_logvar"], float(base.logvar.max()))
                 s["max_abs_mu"] = max(s["max_abs_mu"], float(base.mu.abs().max()))
             n += h.size(0)
-    pre = torch.cat(pre_all).chunk(2, dim=-1)
+    pre, lengths = torch.cat(pre_all).chunk(2, dim=-1), torch.cat(lengths)
     stats = {}
     for name, x, norm in zip(("mu", "logvar"), pre, (layer.mu_norm, layer.logvar_norm)):
         rv = norm.running_var
@@ -90,7 +105,8 @@ def report(run: Path, checkpoint: str, split: str, seed: int) -> dict:
         stats[name] = {
             "running_var_min": float(rv.min()),
             "running_var_median": float(rv.median()),
-            "pre_bn_std_over_texts_median": float(x.std(0).median()),
+            "pre_bn_var_over_texts_median": float(x.var(0).median()),
+            "pre_bn_var_within_one_length_median": float(within_length_variance(x, lengths).median()),
             "max_running_sds_from_running_mean": float(far),
             "bn_weight_max_abs": float(norm.weight.detach().abs().max()),
         }
@@ -114,7 +130,8 @@ def main(argv: list[str] | None = None) -> int:
     for name, s in r["heads"].items():
         print(
             f"  head {name:6s}: running var min {s['running_var_min']:.3g}, median {s['running_var_median']:.3g}; "
-            f"pre-BN std over texts (median dim) {s['pre_bn_std_over_texts_median']:.3g}; "
+            f"pre-BN var over texts {s['pre_bn_var_over_texts_median']:.3g}, "
+            f"within one length {s['pre_bn_var_within_one_length_median']:.3g} (median dim); "
             f"largest |x - running mean| {s['max_running_sds_from_running_mean']:.3g} running sd; "
             f"BN |weight| max {s['bn_weight_max_abs']:.3g}"
         )

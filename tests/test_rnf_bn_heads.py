@@ -54,3 +54,11 @@ def test_a_tiny_running_variance_blows_up_the_evaluation_kl_but_not_trainings():
     running = rnf_bn_heads.heads(layer, h, own_batch_statistics=False).kl().mean()
     own = rnf_bn_heads.heads(layer, h, own_batch_statistics=True).kl().mean()
     assert own < 1.0 and running > 1e3, (float(own), float(running))
+
+
+def test_within_length_variance_pools_each_lengths_variance_with_weights_n_minus_1():
+    x = torch.tensor([[1.0, 0.0], [3.0, 0.0], [10.0, 5.0], [20.0, 5.0], [30.0, 8.0], [7.0, 7.0]], dtype=torch.float64)
+    lengths = torch.tensor([4, 4, 9, 9, 9, 2])  # the one text of length 2 has no variance of its own: left out
+    # length 4: var (2, 0), n - 1 = 1; length 9: var (100, 3), n - 1 = 2 -> pooled (2 + 200, 0 + 6) / 3
+    expected = torch.tensor([202 / 3, 2.0], dtype=torch.float64)
+    torch.testing.assert_close(rnf_bn_heads.within_length_variance(x, lengths), expected)
