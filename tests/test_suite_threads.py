@@ -1,5 +1,7 @@
 """The suite runs one torch thread per process unless the caller set OMP_NUM_THREADS (conftest.py:
-its CLI processes run side by side and at a thread per core oversubscribed the machine)."""
+its tiny networks, in process and in the CLI processes it starts, spun at a thread per core beside
+other work). The pytest process's own count is not asserted here: `seqvae probe` run in process
+lowers it on purpose (`analysis/probe.py`, `--threads`)."""
 
 from __future__ import annotations
 
@@ -7,12 +9,9 @@ import os
 import subprocess
 import sys
 
-import torch
 
-
-def test_this_process_and_the_processes_it_starts_run_the_threads_the_variable_names():
+def test_the_processes_the_suite_starts_run_the_threads_the_variable_names():
     threads = int(os.environ["OMP_NUM_THREADS"])
-    assert torch.get_num_threads() == threads
     child = subprocess.run(
         [sys.executable, "-c", "import torch; print(torch.get_num_threads())"], capture_output=True, text=True, check=True
     )
