@@ -1,7 +1,8 @@
 """Where a WAE-RNF run's validation KL spikes come from (issue 48: yelp10k seed 1's val/kl was 3.63,
-43,164.77, 4,841,685.50, 1.97 at epochs 5-8 while val/rec fell smoothly): the posterior heads'
-BatchNorm (`PlanarFlowPosterior(batch_norm=True)`, as the reference's encoder has it) normalises by
-its RUNNING statistics at evaluation and by each batch's own statistics in training.
+43,164.77, 4,841,685.50, 1.97 at epochs 4-7 of its curves.csv, counted from 0, while val/rec fell):
+the posterior heads' BatchNorm (`PlanarFlowPosterior(batch_norm=True)`, as the reference's encoder
+has it) centres and scales by its RUNNING statistics at evaluation and by each batch's own in
+training; seqvae's batches are of one length (docs/metrics.md, "WAE-RNF's BatchNorm heads").
 
     python scripts/rnf_bn_heads.py RUN_DIR [--checkpoint last|best] [--split val|test] [--seed 0]
 
