@@ -29,7 +29,7 @@ class Metric:
     text_mean: bool = False  # a mean over test texts: not differenced between runs tested on other texts
     k_biased: bool = False  # its finite-K bias depends on the model: not differenced across K importance samples
     count: bool = False  # counts units: a difference of whole units is shown without decimals
-    bn_sensitive: bool = False  # of the posterior means BN-VAE's BatchNorm feeds: marked † where the bound broke
+    bn_sensitive: bool = False  # reads the posterior (BN-VAE's means, WAE-RNF's heads): † where a check broke
     hparam: bool = False  # one of the run's metrics in TensorBoard's HPARAMS tab
     bar: bool = False  # a panel of `compare --plots`' bar chart of final test metrics
     bar_zoom: bool = False  # that panel's axis spans the values, not 0 (differences of a few nats in ~400)

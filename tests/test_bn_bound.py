@@ -55,7 +55,7 @@ def test_nearly_constant_raw_means_warn_once_and_set_the_flag(healthy, tmp_path,
     t = trainer(tmp_path)
     t.validate(model, dm)
     t.validate(model, dm)  # the same broken dimensions again: no second line
-    val = model.bn_bound
+    val = model.checks["bn_bound"]
     t.test(model, dm)
     lines = warnings_in(capsys.readouterr().err)
     assert len(lines) == 2, lines  # the first validation's, and the test's
@@ -80,7 +80,11 @@ def test_the_flag_survives_a_checkpoint_and_the_test_measurement_replaces_it(hea
     t.validate(model, dm)
     t.save_checkpoint(tmp_path / "broken.ckpt")
     fresh = SeqVAE.load_from_checkpoint(tmp_path / "broken.ckpt")  # as `seqvae test --ckpt_path` loads it
-    assert fresh.bn_bound == model.bn_bound and fresh.bn_bound["stage"] == "val"
+    assert fresh.checks["bn_bound"] == model.checks["bn_bound"] and fresh.checks["bn_bound"]["stage"] == "val"
+    old = torch.load(tmp_path / "broken.ckpt", weights_only=False)  # as written before `checks` held every record
+    old["seqvae"]["bn_bound"] = old["seqvae"].pop("checks")["bn_bound"]
+    torch.save(old, tmp_path / "old.ckpt")
+    assert SeqVAE.load_from_checkpoint(tmp_path / "old.ckpt").checks == {"bn_bound": model.checks["bn_bound"]}
     with torch.no_grad():  # now the encoder is healthy: the test's measurement is the one that counts
         fresh.encoder.to_posterior.weight[FLAT] *= 1e4
     capsys.readouterr()
@@ -97,8 +101,8 @@ def test_a_running_variance_below_the_threshold_breaks_it_too(healthy, tmp_path,
     trainer(tmp_path).test(model, dm)
     (line,) = warnings_in(capsys.readouterr().err)
     assert "in 1 of 4 latent dimensions (2) " in line and "running variance down to 5.6e-06" in line
-    assert model.bn_bound["dims"] == [2] and model.bn_bound["min_running_var"] == pytest.approx(5.6e-6)
-    shift = model.bn_bound["max_eval_shift"]  # γ·0.045/√(5.6e-6 + 1e-5) ≈ 6.8, give or take the texts' own offset
+    assert model.checks["bn_bound"]["dims"] == [2] and model.checks["bn_bound"]["min_running_var"] == pytest.approx(5.6e-6)
+    shift = model.checks["bn_bound"]["max_eval_shift"]  # γ·0.045/√(5.6e-6 + 1e-5) ≈ 6.8, give or take the texts' own offset
     assert 5 < shift < 9 and f"moves the texts' mean up to {shift:.2g} prior s.d. off β;" in line
 
 
@@ -121,7 +125,7 @@ def test_a_model_without_bn_vae_has_no_flag(corpus, tmp_path, capsys):  # noqa: 
     dm = datamodule(root)
     model = tiny_model(dm.vocab_size)
     trainer(tmp_path).test(model, dm)
-    assert model.run_flags() == {} and model.bn_bound is None
+    assert model.run_flags() == {} and model.checks == {}
     assert tiny_model(dm.vocab_size, latent_dim=0).run_flags() == {}
 
 

@@ -24,8 +24,9 @@ Runs are compared only on the texts they were tested on (`test_texts_sha256` in 
 from before it was recorded count as tested on the same texts): a row whose runs were tested on
 different texts is named under the table, and a difference whose two sides (the runs it uses) were
 not all tested on the same texts is the difference of the means with no interval, named not comparable.
-A BN-VAE run whose metrics.json says its bound broke (`bn_bound`, `seqvae/core/bn_bound.py`) has the values
-of its posterior means (KL, AU, MI, IW-NLL, PPL, ...) marked † in its row and in differences it enters.
+A run whose metrics.json holds a broken check record (`seqvae/core/eval_checks.py`: BN-VAE's bound `bn_bound`,
+WAE-RNF's BatchNorm heads `rnf_bn_heads`) has its posterior metrics (KL, AU, MI, IW-NLL, PPL, ...) marked † in its
+row and in differences it enters, with the check's footnote.
 """
 
 from __future__ import annotations
@@ -55,11 +56,11 @@ from seqvae.analysis.labels import (  # noqa: F401  (re-exported: compare's API)
 from seqvae.analysis.plots import plot, read_curves, y_scale  # noqa: F401  (re-exported: compare's API)
 from seqvae.analysis.run_notes import THREADS_MARK, mixed_threads, provenance_note, retest_note, thread_counts, thread_notes
 from seqvae.analysis.runs import (  # noqa: F401  (re-exported: compare's API)
-    BN_MARK,
+    CHECK_MARK,
     MISSING,
     CompareError,
-    bn_broken,
-    bn_note,
+    check_broken,
+    check_notes,
     commit_warning,
     find_runs,
     flatten,
@@ -169,13 +170,13 @@ def filled_in_notes(groups: list[dict]) -> list[str]:
 
 
 def table_notes(groups: list[dict], label_by: str) -> list[str]:
-    """The lines under a table of these groups: texts, settings, filled-in defaults, BN-VAE's bound, seeds,
+    """The lines under a table of these groups: texts, settings, filled-in defaults, broken checks, seeds,
     threads, provenance."""
     return [
         *test_texts_notes(groups),
         *common_settings_note(groups, label_by),
         *filled_in_notes(groups),
-        *bn_note(groups),
+        *check_notes(groups),
         *repeated_seed_notes(groups),
         *thread_notes(groups),
         *retest_note(groups),
@@ -195,14 +196,15 @@ def run_json(r: dict) -> dict:
         "filled_in": r["filled"],
         "retest": r["retest"],
     }
-    if "bn_bound" in r["metrics"]:  # BN-VAE runs that record their bound's check (`bn_bound.py`)
-        out["bn_bound"] = r["metrics"]["bn_bound"]
+    for key, record in r["metrics"].items():  # the runs' check records (`eval_checks.py`: bn_bound, rnf_bn_heads)
+        if isinstance(record, dict) and "broken" in record:
+            out[key] = record
     return out
 
 
 def unreliable(*groups: dict) -> tuple[str, ...]:
-    """The metric ids marked † in these groups' cells: the bn_sensitive ones when a run of any of them broke BN-VAE's bound."""
-    return ids("bn_sensitive") if any(bn_broken(r) for g in groups for r in g["runs"]) else ()
+    """The metric ids marked † in these groups' cells: the bn_sensitive ones when a check of any of their runs broke."""
+    return ids("bn_sensitive") if any(check_broken(r) for g in groups for r in g["runs"]) else ()
 
 
 def render_json(groups: list[dict], pairings: list[str], warnings: list[str], resolve: float | None = None) -> str:
@@ -253,7 +255,7 @@ def render_csv(groups: list[dict]) -> str:
 
 
 def cell(stat: dict, digits: int, mark: bool = False) -> str:
-    return stat_cell(stat, digits, BN_MARK * mark)
+    return stat_cell(stat, digits, CHECK_MARK * mark)
 
 
 def escape(label: str) -> str:
@@ -298,7 +300,7 @@ def render_differences(groups: list[dict]) -> list[str]:
             label, paired = f"{escape(g['label'])} (baseline)", MISSING
         else:
             cells = [cell_of(g, base, mid, metric(mid).digits) for mid in shown]
-            cells = [c + BN_MARK * (mid in marked and c != MISSING) for mid, c in zip(shown, cells)]
+            cells = [c + CHECK_MARK * (mid in marked and c != MISSING) for mid, c in zip(shown, cells)]
             label, paired = escape(g["label"]), g["paired_by"]
         cells += [cell(g["stats"][mid], metric(mid).digits) for mid in se_cols]
         n = f"{len(g['runs'])}{THREADS_MARK * mixed_threads(g, base)}"

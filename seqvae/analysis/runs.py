@@ -286,31 +286,51 @@ def test_texts_notes(groups: list[dict]) -> list[str]:
     return lines
 
 
-# ---------------------------------------------------------------- BN-VAE runs whose bound broke
+# ---------------------------------------------------------------- runs whose evaluation checks broke
 
-# The metrics of the posterior means that BN-VAE's BatchNorm feeds (metric_spec's bn_sensitive): in
-# a run whose bound broke (metrics.json `bn_bound`, `seqvae/core/bn_bound.py`) they are not BN-VAE's and are marked.
-BN_MARK = "†"
+# A check that qualifies a run's numbers (`seqvae/core/eval_checks.py`: BN-VAE's bound `bn_bound`,
+# WAE-RNF's heads `rnf_bn_heads`) leaves a record in metrics.json: a dict with `broken`, and since
+# the records describe themselves, `title` and `consequence`. In a run whose record is broken the
+# posterior metrics (metric_spec's `bn_sensitive`) are marked.
+CHECK_MARK = "†"
+# Records written before they described themselves: BN-VAE's bound was the only check then.
+UNTITLED = {
+    "bn_bound": (
+        "BN-VAE bound broken",
+        "their KL, AU, MI, IW-NLL, PPL, −ELBO and μ erank are not BN-VAE's (raw means vary by less than 10·bn_eps)",
+    )
+}
 
 
-def bn_broken(run: dict) -> bool:
-    record = run["metrics"].get("bn_bound")
-    return isinstance(record, dict) and record.get("broken") is True
+def broken_checks(run: dict) -> list[str]:
+    """The metrics.json keys of this run's check records that say broken."""
+    return [k for k, v in run["metrics"].items() if isinstance(v, dict) and v.get("broken") is True]
 
 
-def bn_note(groups: list[dict]) -> list[str]:
-    """The footnote of the † marks: the rows (and runs) whose BN-VAE bound broke."""
-    which = []
+def check_broken(run: dict) -> bool:
+    """Whether any check of this run broke (its posterior metrics are marked)."""
+    return bool(broken_checks(run))
+
+
+def check_title(run: dict, key: str) -> tuple[str, str]:
+    record = run["metrics"][key]
+    fallback = UNTITLED.get(key, (f"check {key} broken", "their posterior metrics are qualified"))
+    return record.get("title", fallback[0]), record.get("consequence", fallback[1])
+
+
+def check_notes(groups: list[dict]) -> list[str]:
+    """The footnotes of the † marks: per broken check, the rows (and runs) where it broke."""
+    by_key: dict[str, tuple[tuple[str, str], list[str]]] = {}
     for g in groups:
-        broken = [r for r in g["runs"] if bn_broken(r)]
-        if broken:
+        keys = {k for r in g["runs"] for k in broken_checks(r)}
+        for key in sorted(keys):
+            broken = [r for r in g["runs"] if key in broken_checks(r)]
             runs = f"all {len(broken)}" if len(broken) == len(g["runs"]) else ", ".join(r["path"].name for r in broken)
-            which.append(f"{g['label']} ({runs})" if len(g["runs"]) > 1 else g["label"])
-    if not which:
-        return []
+            title = check_title(broken[0], key)
+            by_key.setdefault(key, (title, []))[1].append(f"{g['label']} ({runs})" if len(g["runs"]) > 1 else g["label"])
     return [
-        f"{BN_MARK} BN-VAE bound broken in runs {'; '.join(which)}: see metrics.json bn_bound; "
-        "their KL, AU, MI, IW-NLL, PPL, −ELBO and μ erank are not BN-VAE's (raw means vary by less than 10·bn_eps)"
+        f"{CHECK_MARK} {title} in runs {'; '.join(which)}: see metrics.json {key}; {consequence}"
+        for key, ((title, consequence), which) in by_key.items()
     ]
 
 

@@ -1,4 +1,4 @@
-"""BN-VAE's bound, checked at every validation and test (`BNBoundCheck`, a callback SeqVAE brings).
+"""BN-VAE's bound, checked at every validation and test (`BNBoundCheck`, an `eval_checks.EvalCheck`).
 
 BN-VAE batch-normalises the posterior means with a fixed scale γ: with v the batch variance of
 the raw (pre-BN) means of a dimension, E_batch[mu_d²] = γ²·v/(v+ε) + β_d², so E[KL] ≥ Z·γ²/2 only
@@ -19,54 +19,21 @@ false alarms.
 
 from __future__ import annotations
 
-import math
-import sys
-
 import torch
-from pytorch_lightning import Callback
+
+from seqvae.core.eval_checks import PREFIX, EvalCheck, number
 
 THRESHOLD = 10.0  # the bound counts as broken where a variance is below THRESHOLD·ε (see above)
 SHOWN_DIMS = 8  # indices the warning line names (metrics.json lists all)
-PREFIX = "seqvae: warning: "
+TITLE = "BN-VAE bound broken"  # compare's footnote (`eval_checks.py`)
+CONSEQUENCE = (
+    "their KL, AU, MI, IW-NLL, PPL, −ELBO and μ erank are not BN-VAE's (raw means vary by less than 10·bn_eps)"
+)
 
 
 def mean_norm(pl_module) -> torch.nn.BatchNorm1d | None:
     encoder = getattr(pl_module, "encoder", None)
     return getattr(encoder, "mean_norm", None)
-
-
-class RawMeans:
-    """Per-dimension float64 sums of the raw means BatchNorm sees in eval mode (a forward pre-hook),
-    shifted by the running mean at the start (no cancellation when the means barely vary)."""
-
-    def __init__(self, bn: torch.nn.BatchNorm1d):
-        self.shift = bn.running_mean.detach().double().clone()
-        z = self.shift.numel()
-        self.sums = torch.zeros(1 + 2 * z, dtype=torch.float64, device=self.shift.device)  # n, Σ(x-c), Σ(x-c)²
-
-    def __call__(self, module, args) -> None:
-        if module.training:
-            return
-        x = args[0].detach().double() - self.shift
-        z = self.shift.numel()
-        self.sums[0] += x.size(0)
-        self.sums[1 : 1 + z] += x.sum(0)
-        self.sums[1 + z :] += (x * x).sum(0)
-
-    def mean_var(self, trainer) -> tuple[int, torch.Tensor, torch.Tensor]:
-        """(texts, mean, variance with divisor n-1) over every rank's texts."""
-        sums = self.sums
-        if trainer.world_size > 1:
-            sums = trainer.strategy.reduce(sums.clone(), reduce_op="sum")
-        z = self.shift.numel()
-        n, s, ss = int(sums[0].item()), sums[1 : 1 + z], sums[1 + z :]
-        if n < 2:
-            return n, s, torch.full_like(s, math.nan)
-        return n, s / n + self.shift, (ss - s * s / n) / (n - 1)
-
-
-def _number(x: float) -> float | None:
-    return float(x) if math.isfinite(x) else None
 
 
 def bound_record(n: int, mean: torch.Tensor, var: torch.Tensor, bn: torch.nn.BatchNorm1d, stage: str, epoch: int) -> dict:
@@ -82,27 +49,28 @@ def bound_record(n: int, mean: torch.Tensor, var: torch.Tensor, bn: torch.nn.Bat
         "broken": bool(dims),
         "dims": dims,
         "latent_dim": int(var.numel()),
-        "min_raw_var": _number(var.min().item()),
-        "min_running_var": _number(running_var.min().item()),
+        "min_raw_var": number(var.min().item()),
+        "min_running_var": number(running_var.min().item()),
         "eps": eps,
         "threshold": limit,
-        "max_eval_shift": _number(shift.max().item()),
+        "max_eval_shift": number(shift.max().item()),
         "texts": n,
         "stage": stage,
         "epoch": epoch if stage == "val" else None,  # a test's trainer may not know its checkpoint's epoch
+        "title": TITLE,
+        "consequence": CONSEQUENCE,
     }
 
 
 def warning_line(r: dict) -> str:
     dims = r["dims"]
     shown = ", ".join(map(str, dims[:SHOWN_DIMS])) + (", …" if len(dims) > SHOWN_DIMS else "")
-    where = "test" if r["stage"] == "test" else f"validation (epoch {r['epoch'] + 1})"
     texts = f"{r['texts']} {'test' if r['stage'] == 'test' else 'validation'} texts"
     shift = r["max_eval_shift"] or 0.0
     # said when it matters: a mean one prior s.d. off costs ½ nat of KL in that dimension for every text
     moved = f" and eval-mode BatchNorm moves the texts' mean up to {shift:.2g} prior s.d. off β" if shift >= 1 else ""
     return (
-        f"{PREFIX}BN-VAE's bound does not hold at {where}: in {len(dims)} of {r['latent_dim']} latent dimensions "
+        f"{PREFIX}BN-VAE's bound does not hold at {EvalCheck.where(r)}: in {len(dims)} of {r['latent_dim']} latent dimensions "
         f"({shown}) the raw posterior means vary by less than {THRESHOLD:g}·bn_eps (variance down to "
         f"{r['min_raw_var']:.2g} over the {texts}, running variance down to {r['min_running_var']:.2g}; "
         f"bn_eps = {r['eps']:.2g}), so KL ≥ Z·γ²/2 is not guaranteed{moved}; KL, AU, MI and IW-NLL of this run are "
@@ -110,58 +78,22 @@ def warning_line(r: dict) -> str:
     )
 
 
-class BNBoundCheck(Callback):
-    """Measures BN-VAE's bound at every validation of a fit (not the sanity check) and every test,
-    stores the record as the model's `bn_bound` (saved in its checkpoints, so a test of the best
-    checkpoint starts from that epoch's record and replaces it with its own: the test's is the one
-    metrics.json keeps), and prints one `seqvae: warning:` line when the bound is broken.
+class BNBoundCheck(EvalCheck):
+    """BN-VAE's bound (the module's docstring), measured on the raw means the encoder's `mean_norm`
+    sees; metrics.json `bn_bound`. Applies to a model with BN-VAE (model.bn_gamma)."""
 
-    Not every validation repeats it: once an encoder has escaped the bound it stays escaped, and
-    the same line every epoch would bury the rest of the log. A validation warns when the broken
-    dimensions differ from those of the last validation warning (a first break, more or other
-    dimensions; a recovery resets it); a test pass always says it, once: its numbers are the run's.
-    Does nothing for a model without BN-VAE."""
+    key = "bn_bound"
 
-    def __init__(self):
-        self._means: RawMeans | None = None
-        self._handle = None
-        self._warned: dict[str, list[int]] = {}
+    @staticmethod
+    def applies(model) -> bool:
+        return mean_norm(model) is not None
 
-    def _start(self, trainer, pl_module) -> None:
-        bn = mean_norm(pl_module)
-        if bn is None or trainer.sanity_checking:
-            return
-        self._means = RawMeans(bn)
-        self._handle = bn.register_forward_pre_hook(self._means)
+    def norms(self, pl_module) -> dict[str, torch.nn.BatchNorm1d]:
+        return {"mean": mean_norm(pl_module)}
 
-    def on_validation_epoch_start(self, trainer, pl_module):
-        self._start(trainer, pl_module)
+    def record(self, trainer, pl_module, moments, stage: str) -> dict:
+        n, mean, var = moments["mean"]
+        return bound_record(n, mean, var, mean_norm(pl_module), stage, trainer.current_epoch)
 
-    def on_test_epoch_start(self, trainer, pl_module):
-        self._start(trainer, pl_module)
-
-    def _end(self, trainer, pl_module, stage: str) -> None:
-        if self._handle is None:
-            return
-        self._handle.remove()
-        means, self._means, self._handle = self._means, None, None
-        bn = mean_norm(pl_module)
-        n, mean, var = means.mean_var(trainer)
-        if n < 2:
-            return
-        record = bound_record(n, mean, var, bn, stage, trainer.current_epoch)
-        pl_module.bn_bound = record
-        if not record["broken"]:
-            self._warned.pop(stage, None)
-            return
-        if stage == "val" and self._warned.get(stage) == record["dims"]:
-            return
-        self._warned[stage] = record["dims"]
-        if trainer.is_global_zero:
-            print(warning_line(record), file=sys.stderr)
-
-    def on_validation_epoch_end(self, trainer, pl_module):
-        self._end(trainer, pl_module, "val")
-
-    def on_test_epoch_end(self, trainer, pl_module):
-        self._end(trainer, pl_module, "test")
+    def warning_line(self, record: dict) -> str:
+        return warning_line(record)

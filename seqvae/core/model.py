@@ -15,10 +15,7 @@ import warnings
 import pytorch_lightning as pl
 import torch
 
-from seqvae.core import (
-    chunking,
-    planar_flow,  # noqa: F401  (declares PlanarFlowPosterior: `class_path: seqvae.PlanarFlowPosterior`)
-)
+from seqvae.core import chunking, planar_flow  # noqa: F401  (planar_flow declares `class_path: seqvae.PlanarFlowPosterior`)
 from seqvae.core.aggressive import AggressiveTraining
 from seqvae.core.ais import AIS
 from seqvae.core.bn_bound import BNBoundCheck
@@ -222,7 +219,7 @@ class SeqVAE(PythonAPI, pl.LightningModule):
         self._noise: EvalNoise | None = None  # this evaluation pass's noise
         self.train_loss_mean = EpochMean()  # the epoch line's train/loss, kept in checkpoints
         self._batch_idx = 0  # for the NonFiniteError message
-        self.bn_bound: dict | None = None  # BN-VAE's bound at the last validation or test (BNBoundCheck)
+        self.checks: dict[str, dict] = {}  # each check's record at the last validation or test (`eval_checks.py`)
 
     # ---------------------------------------------------------------- loss of one batch
     def kl_weight(self) -> float:
@@ -264,7 +261,10 @@ class SeqVAE(PythonAPI, pl.LightningModule):
 
     def configure_callbacks(self):
         have = {type(c) for c in self.trainer.callbacks}  # fit's own test: already attached
-        return [c for c in (ExactResume(), FitClock(), EvalMemory(), BNBoundCheck()) if type(c) not in have]
+        return [c for c in (ExactResume(), FitClock(), EvalMemory(), *(k() for k in self.eval_checks())) if type(c) not in have]
+
+    def eval_checks(self) -> list[type]:  # what qualifies its numbers: BN-VAE's bound, those its posterior declares
+        return [k for k in (BNBoundCheck, *getattr(self.encoder, "posterior", Posterior()).checks) if k.applies(self)]
 
     def _optimizers(self) -> list:
         return opts if isinstance(opts := self.optimizers(), list) else [opts]
@@ -376,7 +376,7 @@ class SeqVAE(PythonAPI, pl.LightningModule):
         state = checkpoint.setdefault("seqvae", {})  # ExactResume adds the RNG states
         state.update(num_updates=self.num_updates, encoder_updates=self.encoder_updates)
         state.update(decoder_updates=self.decoder_updates, fit_seconds=self.fit_seconds)
-        state["train_loss_mean"], state["bn_bound"] = self.train_loss_mean.state_dict(), self.bn_bound
+        state["train_loss_mean"], state["checks"] = self.train_loss_mean.state_dict(), self.checks
         if self.aggressive is not None:
             state["aggressive"] = self.aggressive.state_dict()
         if self.vocab is not None:
@@ -388,12 +388,10 @@ class SeqVAE(PythonAPI, pl.LightningModule):
         self.encoder_updates, self.decoder_updates = state.get("encoder_updates", 0), state.get("decoder_updates", 0)
         if "train_loss_mean" in state:
             self.train_loss_mean.load_state_dict(state["train_loss_mean"])
-        self.bn_bound = state.get("bn_bound")
+        self.checks = state.get("checks", {"bn_bound": state["bn_bound"]} if state.get("bn_bound") else {})  # older: BN-VAE's
         if self.aggressive is not None and "aggressive" in state:
             self.aggressive.load_state_dict(state["aggressive"])
-        if "vocab" in checkpoint:
-            self.vocab = Vocabulary.from_str(checkpoint["vocab"])
+        self.vocab = Vocabulary.from_str(checkpoint["vocab"]) if "vocab" in checkpoint else self.vocab
 
-    def run_flags(self) -> dict:
-        """Keys for the run's metrics.json that qualify its numbers: BN-VAE's `bn_bound` (`bn_bound.py`)."""
-        return {} if self.encoder is None or self.encoder.mean_norm is None else {"bn_bound": self.bn_bound}
+    def run_flags(self) -> dict:  # metrics.json's records of the checks that qualify its numbers (None: not measured)
+        return {check.key: self.checks.get(check.key) for check in self.eval_checks()}

@@ -19,6 +19,7 @@ from torch import nn
 
 from seqvae.core.gaussian import DiagonalGaussian, log_standard_normal
 from seqvae.core.posteriors import Posterior
+from seqvae.core.rnf_bn_check import RNFHeadsCheck
 from seqvae.core.wae_rnf import CentresPenalty, MMDPenalty
 from seqvae.options import NON_NEGATIVE, check_strategy
 
@@ -116,6 +117,7 @@ class PlanarFlowPosterior(Posterior):
 
     per_dimension_kl = False
     bn_vae = False  # its `mean` is f(mu), after the flow: use its own BatchNorm option (batch_norm)
+    checks = (RNFHeadsCheck,)  # with batch_norm: the heads' BatchNorm at evaluation against training's
     option_ranges = {"flows": NON_NEGATIVE}
 
     def __init__(

@@ -33,6 +33,7 @@ class Posterior:
 
     per_dimension_kl = True
     bn_vae = True  # BN-VAE's norm (model.bn_gamma) may act on its means (`with_mean`)
+    checks: tuple = ()  # `eval_checks.EvalCheck` classes the model brings for this family (each says if it applies)
 
     def layer(self, feature_dim: int, latent_dim: int) -> nn.Module:
         raise NotImplementedError
