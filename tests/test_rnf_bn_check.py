@@ -13,7 +13,7 @@ from test_compare import make_run, md_rows, metrics, run_compare
 from test_model import corpus, datamodule, tiny_model, trainer  # noqa: F401  (fixtures and helpers)
 
 from seqvae import PlanarFlowPosterior, SeqVAE
-from seqvae.core.rnf_bn_check import THRESHOLD
+from seqvae.core.rnf_bn_check import FLOOR, RATIO, heads_record
 
 
 def rnf_model(vocab_size, batch_norm=True):
@@ -60,17 +60,18 @@ def test_texts_far_from_a_tiny_running_variance_warn_with_the_exact_distance(cor
     (line,) = warnings_in(capsys.readouterr().err)
     record = model.run_flags()["rnf_bn_heads"]
     assert record["broken"] is True and record["dims"] == {"mu": [], "logvar": [2]}
-    assert record["stage"] == "test" and record["texts"] == 40 and record["threshold"] == THRESHOLD
+    assert record["stage"] == "test" and record["texts"] == 40 and (record["ratio"], record["floor"]) == (RATIO, FLOOR)
     mu, logvar = pre_bn_heads(model, dm)
     rms = expected_rms(logvar, norm)
     assert record["max_rms_running_sd"]["logvar"] == pytest.approx(float(rms.max()), rel=1e-9)
-    assert record["max_rms_running_sd"]["logvar"] == pytest.approx(float(rms[2]), rel=1e-9) and rms[2] > THRESHOLD
+    assert record["max_rms_running_sd"]["logvar"] == pytest.approx(float(rms[2]), rel=1e-9) and rms[2] > RATIO
     assert record["median_rms_running_sd"]["mu"] == pytest.approx(
-        float(expected_rms(mu, model.encoder.to_posterior.mu_norm).median()), rel=1e-9
+        float(expected_rms(mu, model.encoder.to_posterior.mu_norm).quantile(0.5)), rel=1e-9
     )
     assert line.startswith(
         "seqvae: warning: WAE-RNF's BatchNorm heads are evaluated unlike in training at test: the 40 test texts"
     )
+    assert "over 3 times as far from the running mean as training's batches and over 1 running s.d." in line
     assert "in dimensions of the log σ² head (1: 2) (of 4 per head)" in line and f"up to {float(rms[2]):.3g})" in line
     assert "data.batching: bucket" in line and "scripts/rnf_bn_heads.py" in line and "metrics.json: rnf_bn_heads" in line
     json.dumps(model.run_flags(), allow_nan=False)  # plain JSON for metrics.json
@@ -121,6 +122,68 @@ def test_no_record_without_the_heads_batch_norm(corpus, tmp_path):  # noqa: F811
     model = rnf_model(dm.vocab_size, batch_norm=False)
     trainer(tmp_path).test(model, dm)
     assert model.run_flags() == {} and model.checks == {} and model.eval_checks() == []
+
+
+def moments_of(x: torch.Tensor) -> tuple[int, torch.Tensor, torch.Tensor]:
+    x = x.double()
+    return x.size(0), x.mean(0), x.var(0)
+
+
+def norm_with(mean: list[float], var: list[float]) -> torch.nn.BatchNorm1d:
+    bn = torch.nn.BatchNorm1d(len(mean))
+    bn.running_mean.copy_(torch.tensor(mean))
+    bn.running_var.copy_(torch.tensor(var))
+    return bn
+
+
+def test_the_rule_compares_with_trainings_spread_and_leaves_near_constant_dimensions_alone():
+    eps = 1e-5
+    # dim 0: training spread ~1 (rv 1), texts at RMS 2: not flagged (under 3 times training's);
+    # dim 1: training spread √(1e-7/(1e-7+ε)) ≈ 0.1, texts at RMS 2: flagged (over 3 times, over 1 s.d.);
+    # dim 2: training spread ≈ 0.1, texts at RMS 0.5 (≈ 5 times training's): left alone, under FLOOR
+    x = torch.tensor(
+        [
+            [-2.0, -2.0 * (1e-7 + eps) ** 0.5, -0.5 * (1e-7 + eps) ** 0.5],
+            [2.0, 2.0 * (1e-7 + eps) ** 0.5, 0.5 * (1e-7 + eps) ** 0.5],
+        ]
+    )
+    x = x.repeat(50, 1)  # 100 texts, mean 0, RMS 2, 2 and 0.5 running s.d. from a running mean of 0
+    bn = norm_with([0.0, 0.0, 0.0], [1.0 - eps, 1e-7, 1e-7])
+    r = heads_record({"mu": moments_of(x), "logvar": moments_of(x)}, {"mu": bn, "logvar": bn}, "test", 0)
+    assert r["dims"] == {"mu": [1], "logvar": [1]} and r["broken"] is True
+    assert r["max_rms_running_sd"]["mu"] == pytest.approx(2.0, rel=1e-6)
+    assert r["median_rms_running_sd"]["mu"] == pytest.approx(2.0, rel=1e-6)
+    assert r["median_training_rms"]["mu"] == pytest.approx((1e-7 / (1e-7 + eps)) ** 0.5, rel=1e-6)
+
+
+def trained_norm(batches) -> torch.nn.BatchNorm1d:
+    bn = torch.nn.BatchNorm1d(16).train()
+    for b in batches:
+        bn(b)
+    return bn.eval()
+
+
+def test_random_batches_read_about_one_and_batches_of_one_length_are_flagged():
+    # the rationale, on a BatchNorm trained as a head's would be: 16 dimensions, 8 "lengths" whose
+    # means differ by 10 times the spread within one length
+    g = torch.Generator().manual_seed(0)
+    centre = torch.randn(8, 16, generator=g) * 0.01
+
+    def texts(length, n):  # noqa: E306
+        return centre[length] + 0.001 * torch.randn(n, 16, generator=g)
+
+    lengths = torch.randint(0, 8, (400, 8), generator=g)
+    mixed = trained_norm(torch.stack([texts(int(k), 1)[0] for k in row]) for row in lengths)  # random batches
+    bucketed = trained_norm(texts(int(row[0]), 8) for row in lengths)  # each batch of one length
+    evaluation = torch.cat([texts(k, 50) for k in range(8)])
+    for bn, broken in ((mixed, False), (bucketed, True)):
+        r = heads_record({"mu": moments_of(evaluation), "logvar": moments_of(evaluation)}, {"mu": bn, "logvar": bn}, "val", 0)
+        assert r["broken"] is broken, r
+    assert r["dims"]["mu"] == list(range(16))  # every dimension of the bucketed one
+    mixed_rms = heads_record(
+        {"mu": moments_of(evaluation), "logvar": moments_of(evaluation)}, {"mu": mixed, "logvar": mixed}, "val", 0
+    )
+    assert mixed_rms["max_rms_running_sd"]["mu"] < 1.5
 
 
 # ------------------------------------------------------------------------------------- compare

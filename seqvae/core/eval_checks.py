@@ -29,16 +29,21 @@ PREFIX = "seqvae: warning: "
 
 class RawMoments:
     """A forward pre-hook on a BatchNorm1d: per-dimension float64 sums of the inputs it sees in
-    eval mode, shifted by its running mean at the start (no cancellation when they barely vary)."""
+    eval mode, shifted by its running mean (no cancellation when they barely vary). The shift is
+    read at the first eval-mode call, not before: under DDP each rank's running statistics differ
+    after its last training batch until the wrapper broadcasts rank 0's buffers at the first
+    evaluation forward, and the sums of all ranks must share one shift."""
 
     def __init__(self, bn: torch.nn.BatchNorm1d):
-        self.shift = bn.running_mean.detach().double().clone()
-        z = self.shift.numel()
-        self.sums = torch.zeros(1 + 2 * z, dtype=torch.float64, device=self.shift.device)  # n, Σ(x-c), Σ(x-c)²
+        self.bn, self.shift = bn, None
+        z = bn.running_mean.numel()
+        self.sums = torch.zeros(1 + 2 * z, dtype=torch.float64, device=bn.running_mean.device)  # n, Σ(x-c), Σ(x-c)²
 
     def __call__(self, module, args) -> None:
         if module.training:
             return
+        if self.shift is None:
+            self.shift = module.running_mean.detach().double().clone()
         x = args[0].detach().double() - self.shift
         z = self.shift.numel()
         self.sums[0] += x.size(0)
@@ -50,11 +55,12 @@ class RawMoments:
         sums = self.sums
         if trainer.world_size > 1:
             sums = trainer.strategy.reduce(sums.clone(), reduce_op="sum")
-        z = self.shift.numel()
+        shift = self.shift if self.shift is not None else self.bn.running_mean.detach().double()  # a rank that saw no text
+        z = shift.numel()
         n, s, ss = int(sums[0].item()), sums[1 : 1 + z], sums[1 + z :]
         if n < 2:
             return n, s, torch.full_like(s, math.nan)
-        return n, s / n + self.shift, (ss - s * s / n) / (n - 1)
+        return n, s / n + shift, (ss - s * s / n) / (n - 1)
 
 
 def number(x: float) -> float | None:
