@@ -27,6 +27,7 @@ import contextlib
 import json
 import sys
 import time
+import traceback
 import warnings
 from pathlib import Path
 
@@ -196,22 +197,29 @@ def main(argv=None) -> int:
 
     save(f"{res['device']}: {source}")
     on_device = [{k_: v.to(device) for k_, v in b.items()} for b in batches]
-    figures = [("train", lambda m=m: train_figure(cfg, on_device, warm, device, m)) for m in ("default", "tf32", "bf16")]
-    figures.append(("train", lambda: train_figure(cfg, on_device, warm, device, "tf32", plan=chunking.CPU)))
+    # (part, what the figure is, how to measure it): a figure that fails is recorded with its error
+    # and the next one runs (one failing mode must not cost the session the others' figures)
+    modes = ("default", "tf32", "bf16")
+    figures = [("train", {"mode": m}, lambda m=m: train_figure(cfg, on_device, warm, device, m)) for m in modes]
+    today = lambda: train_figure(cfg, on_device, warm, device, "tf32", plan=chunking.CPU)  # noqa: E731
+    figures.append(("train", {"mode": "tf32"}, today))
     batch = batches[len(batches) // 2]
     whole_k = batch["tokens"].numel() * cfg["vocab_size"] * k  # every sample in one decoder call
-    figures += [("iw", lambda: iw_figure(cfg, batch, device, k, "today", chunking.CPU, "today's (CPU)")),
-                ("iw", lambda: iw_figure(cfg, batch, device, k, None, None, "device's")),
-                ("iw", lambda: iw_figure(cfg, batch, device, k, whole_k, None, "device's, all K in one call"))]  # fmt: skip
-    for part, figure in figures:
+    for budget, plan, name in (("today", chunking.CPU, "today's (CPU)"), (None, None, "device's"),
+                               (whole_k, None, "device's, all K in one call")):  # fmt: skip
+        figures.append(("iw", {"K": k}, lambda b=budget, p=plan, n=name: iw_figure(cfg, batch, device, k, b, p, n)))
+    for part, label, figure in figures:
         if time.perf_counter() - began > args.deadline:
             save(f"deadline {args.deadline:.0f} s reached: the remaining figures were not measured")
             break
         try:
             r = figure()
         except torch.cuda.OutOfMemoryError as err:
-            r = {"error": f"out of memory: {str(err).splitlines()[0]}"}
+            r = {**label, "error": f"out of memory: {str(err).splitlines()[0]}"}
             torch.cuda.empty_cache()
+        except Exception as err:  # recorded, with its traceback in the log
+            traceback.print_exc()
+            r = {**label, "error": f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"}
         res[part].append(r)
         save(f"{part}: " + json.dumps(r))
     return 0

@@ -47,7 +47,11 @@ def test_the_dry_run_passes_in_a_tree_without_shared_data(tmp_path):
             assert metrics["provenance"]["command"].count(".gpu/yahoo/valid.txt#") == 3  # train, val, test from the copy
     probe = json.loads((out / "probe.json").read_text())
     assert [r["mode"] for r in probe["train"]] == ["default", "tf32", "bf16", "tf32"]
-    assert all(r["tokens_per_s"] > 0 and r["host_reads_per_step"] >= 0 for r in probe["train"])
+    # bf16-mixed on the CPU runs the LSTM through oneDNN, which fails on a CPU without AVX-512 (an AMD EPYC with AVX2
+    # only, 2026-12-07: "could not create a primitive descriptor"); the probe records that figure's error and goes on
+    cpu_bf16 = [r for r in probe["train"] if "error" in r]
+    assert all(r["mode"] == "bf16" and "RuntimeError" in r["error"] for r in cpu_bf16), cpu_bf16
+    assert all(r["tokens_per_s"] > 0 and r["host_reads_per_step"] >= 0 for r in probe["train"] if "error" not in r)
     assert [r["K"] for r in probe["iw"]] == [5, 5, 5]
     assert probe["iw"][0]["mean_iw_nll"] == probe["iw"][1]["mean_iw_nll"] or abs(
         probe["iw"][0]["mean_iw_nll"] - probe["iw"][1]["mean_iw_nll"]
