@@ -139,7 +139,7 @@ def fit_counting_reads(tmp_path, monkeypatch, model, dm, **kw):
     return per_batch
 
 
-def test_a_default_training_step_reads_back_only_at_the_logging_interval(corpus, tmp_path, monkeypatch, cuda_plan):
+def test_a_default_training_step_reads_back_only_at_the_logging_interval(corpus, tmp_path, monkeypatch, cuda_plan):  # noqa: F811
     from test_model import datamodule, tiny_model
 
     root, _ = corpus
@@ -153,7 +153,7 @@ def test_a_default_training_step_reads_back_only_at_the_logging_interval(corpus,
     assert isinstance(model.train_loss_mean.total, torch.Tensor) and model.train_loss_mean.total.dtype == torch.float64
 
 
-def test_a_non_finite_update_is_not_applied_and_stops_the_run_at_the_next_read(corpus, tmp_path, monkeypatch, cuda_plan):
+def test_a_non_finite_update_is_not_applied_and_stops_the_run_at_the_next_read(corpus, tmp_path, monkeypatch, cuda_plan):  # noqa: F811
     import pytorch_lightning as pl
     from test_model import NaNAfter, datamodule, tiny_model
     from test_model import trainer as make_trainer
