@@ -191,3 +191,10 @@ def test_compare_marks_differences_that_involve_such_a_run(bn_runs, capsys):
     rc, out, _ = run_compare(capsys, f"{bn_runs}/yahoo/*/seed*", "--label", "dir", "--baseline", f"{bn_runs}/yahoo/bn/seed*")
     rows = md_rows(out)
     assert rows["ok"][kl].endswith("†") and rows["base"][au].endswith("†") and rows["bn (baseline)"][kl].endswith("†")
+
+
+def test_compares_footnote_for_records_written_before_they_had_titles_is_the_checks_own():
+    from seqvae.analysis.runs import UNTITLED
+    from seqvae.core.bn_bound import CONSEQUENCE, TITLE
+
+    assert UNTITLED["bn_bound"] == (TITLE, CONSEQUENCE)  # an old record's footnote reads as a new one's

@@ -293,7 +293,8 @@ def test_texts_notes(groups: list[dict]) -> list[str]:
 # the records describe themselves, `title` and `consequence`. In a run whose record is broken the
 # posterior metrics (metric_spec's `bn_sensitive`) are marked.
 CHECK_MARK = "†"
-# Records written before they described themselves: BN-VAE's bound was the only check then.
+# Records written before they described themselves: BN-VAE's bound was the only check then (its text as
+# core/bn_bound.py's TITLE and CONSEQUENCE, repeated: this room is torch-free and cannot import core).
 UNTITLED = {
     "bn_bound": (
         "BN-VAE bound broken",
