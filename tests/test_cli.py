@@ -336,6 +336,13 @@ def build_jobs(tmp: Path, corpus: dict[str, Path]) -> Jobs:
         cwd,
         urgent=True,
     )  # fmt: skip
+    specs["partial_test"] = lambda: seqvae(
+        [
+            "test", "--config", run_dir() / "config.yaml", "--ckpt_path", run_dir() / "checkpoints" / "best.ckpt",
+            "--trainer.logger.init_args.save_dir", tmp / "partial", "--trainer.limit_test_batches", "1",
+        ],
+        cwd,
+    )  # fmt: skip
     for name, extra in {
         "long_line": ["--data.train", corpus["long"]],
         "long_line_skipped": ["--data.train", corpus["long"], "--data.max_length", "200"],
@@ -576,6 +583,20 @@ def test_a_finished_run_is_trained_further_in_another_directory_never_in_place(j
     assert m2["fit_seconds"] >= m1["fit_seconds"]
     assert all(math.isfinite(m2[k]) for k in TEST_KEYS)
     assert after_second == before, "training further touched the finished run"
+
+
+@needs("fit", "partial_test")
+def test_a_partial_test_says_how_many_texts_it_tested(jobs, main_run):
+    result = jobs.result("partial_test").ok()
+    m = load_metrics(result.wrote)
+    rows = (result.wrote.parent / m["per_text_file"]).read_text().splitlines()[1:]
+    tested = m["tested_texts"]
+    assert 0 < tested == len(rows) < 30 and m["data"]["test"]["texts"] == 30
+    assert m["partial_test"]["broken"] is True and m["partial_test"]["texts"] == tested
+    assert f"seqvae: test: {tested} of 30 texts (trainer.limit_test_batches 1), IW-NLL with K = 3" in result.stderr, result.describe()
+    assert f"seqvae: warning: tested on {tested} of the test file's 30 texts" in result.stderr
+    full = load_metrics(main_run / "metrics.json")
+    assert full["tested_texts"] == 30 and "partial_test" not in full
 
 
 # ------------------------------------------------------------------------------------- 4. validate

@@ -65,6 +65,7 @@ from seqvae.analysis.runs import (  # noqa: F401  (re-exported: compare's API)
     find_runs,
     flatten,
     load_run,
+    marks_every_metric,
     repeated_seed_notes,
     summarize,
     test_texts,
@@ -203,8 +204,12 @@ def run_json(r: dict) -> dict:
 
 
 def unreliable(*groups: dict) -> tuple[str, ...]:
-    """The metric ids marked † in these groups' cells: the bn_sensitive ones when a check of any of their runs broke."""
-    return ids("bn_sensitive") if any(check_broken(r) for g in groups for r in g["runs"]) else ()
+    """The metric ids marked † in these groups' cells: the bn_sensitive ones when a check of any of their runs broke,
+    every one when such a record qualifies them all (a partial test)."""
+    runs = [r for g in groups for r in g["runs"]]
+    if any(marks_every_metric(r) for r in runs):
+        return tuple(m.id for m in compared())
+    return ids("bn_sensitive") if any(check_broken(r) for r in runs) else ()
 
 
 def render_json(groups: list[dict], pairings: list[str], warnings: list[str], resolve: float | None = None) -> str:

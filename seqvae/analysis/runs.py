@@ -313,6 +313,12 @@ def check_broken(run: dict) -> bool:
     return bool(broken_checks(run))
 
 
+def marks_every_metric(run: dict) -> bool:
+    """Whether a broken record of this run qualifies every metric, not only the posterior's (a partial
+    test, `rundir/results.py`: `"marks": "all"`)."""
+    return any(run["metrics"][k].get("marks") == "all" for k in broken_checks(run))
+
+
 def check_title(run: dict, key: str) -> tuple[str, str]:
     record = run["metrics"][key]
     fallback = UNTITLED.get(key, (f"check {key} broken", "their posterior metrics are qualified"))

@@ -60,6 +60,8 @@ def write_test_results(trainer, model, datamodule, seed_everything, command_line
     metrics["provenance"] = provenance(["seqvae", *command_line])
     rows = next((cb.rows for cb in trainer.callbacks if isinstance(cb, PerTextRows)), None)
     files, test = {}, datamodule.corpora["test"]
+    if rows is not None:
+        metrics.update(texts_tested(len(rows["index"]), metrics["data"]["test"]["texts"], trainer.limit_test_batches))
     # metrics.json marks a complete set: a per_text.csv without its metrics.json (a kill
     # between the two writes) is the unfinished half of this set and is replaced.
     n = free_number([run_dir / METRICS])
@@ -74,6 +76,28 @@ def write_test_results(trainer, model, datamodule, seed_everything, command_line
     for k, v in sorted(metrics.items()):
         if k.startswith(TEST):
             print(f"  {k:<{width}}  {v:.4f}")
+
+
+def texts_tested(tested: int, in_file: int, limit) -> dict:
+    """The count of texts the test/ metrics are means over; fewer than the test file holds
+    (`trainer.limit_test_batches`) is a check record that says broken, so compare marks every metric
+    of the run (`analysis/runs.py`) and nobody reads a partial test as a full one."""
+    out: dict = {"tested_texts": tested}
+    if tested < in_file:
+        out["partial_test"] = {
+            "broken": True,
+            "marks": "all",
+            "texts": tested,
+            "of": in_file,
+            "limit_test_batches": limit,
+            "title": f"tested on {tested} of the test file's {in_file} texts",
+            "consequence": "every test/ metric is a mean over those texts only (trainer.limit_test_batches), not a full test",
+        }
+        print(
+            f"seqvae: warning: {out['partial_test']['title']} (trainer.limit_test_batches {limit}): a partial test",
+            file=sys.stderr,
+        )
+    return out
 
 
 def fit_totals(trainer, model) -> dict:

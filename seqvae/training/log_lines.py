@@ -121,6 +121,9 @@ class TestProgress(Callback):
         loader = loaders[0] if isinstance(loaders, (list, tuple)) else loaders
         sampler, data = getattr(loader, "batch_sampler", None), getattr(loader, "dataset", None)
         batches = list(sampler) if sampler is not None and isinstance(data, IndexedTexts) else []
+        in_file = sum(len(b) for b in batches)
+        limit = trainer.num_test_batches[0] if trainer.num_test_batches else len(batches)
+        batches = batches[: int(limit)] if limit != float("inf") else batches  # trainer.limit_test_batches
         self._passes = self.passes(pl_module)
         self._total = sum(self.work(len(b), max(len(data.ids[i]) for i in b)) for b in batches if b)
         self._total_texts = sum(len(b) for b in batches)
@@ -132,7 +135,10 @@ class TestProgress(Callback):
             iw = f"IW-NLL with K = {k} importance samples per text" if k else "no IW-NLL (model.test_iw_samples 0)"
             if ais is not None:
                 iw += f"; AIS with {ais.chains} chains, {ais.points} points, {ais.gradient_evaluations()} gradients per text"
-            print(f"seqvae: test: {self._total_texts} texts, {iw}", file=sys.stderr)
+            texts = f"{self._total_texts} texts"
+            if self._total_texts != in_file:
+                texts = f"{self._total_texts} of {in_file} texts (trainer.limit_test_batches {trainer.limit_test_batches})"
+            print(f"seqvae: test: {texts}, {iw}", file=sys.stderr)
         if ais is not None and trainer.is_global_zero:
             pl_module.ais_progress = self.within_batch
 
