@@ -634,7 +634,8 @@ def test_language_model_with_a_z_option_leaves_no_run_directory(jobs, case):
 @needs("refit_finished_run")
 def test_fit_into_a_finished_run_is_refused_and_changes_nothing(jobs):
     run, before, result, after = jobs.result("refit_finished_run")
-    assert_one_error_line(result, ["trainer.logger.init_args.version", f"{run} already holds a run", "--ckpt_path"])
+    assert_one_error_line(result, ["trainer.logger.init_args.version", f"{run} already holds a finished run", "--ckpt_path"])
+    assert "resume it" not in result.stderr  # a finished run is not resumed in place: the advice must not say so
     assert after == before  # no new events file, no checkpoint or metrics touched
 
 

@@ -47,3 +47,14 @@ def test_a_run_with_a_checkpoint_is_refused_without_ckpt_path_and_named_for_resu
     run = run_dir(tmp_path, "config.yaml", "checkpoints/last.ckpt")
     with pytest.raises(ConfigError, match=f"already holds a run.*--ckpt_path {run / 'checkpoints' / 'last.ckpt'}"):
         fit_checkpoint(None, str(run))
+
+
+def test_a_finished_run_is_refused_without_advice_to_resume_it_in_place(tmp_path):
+    """Before (a new user's report): "resume it with --ckpt_path …/last.ckpt", which `not_a_finished_run` then refused."""
+    run = run_dir(tmp_path, "config.yaml", "checkpoints/last.ckpt", "metrics.json")
+    with pytest.raises(ConfigError) as err:
+        fit_checkpoint(None, str(run))
+    message = str(err.value)
+    assert "already holds a finished run (metrics.json): give another version" in message
+    assert f"to train it further, add --ckpt_path {run / 'checkpoints' / 'last.ckpt'}" in message
+    assert "resume it" not in message

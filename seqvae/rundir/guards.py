@@ -129,6 +129,11 @@ def fit_checkpoint(ckpt: str | None, log_dir: str | None) -> str | None:
         last = checkpoint_path(log_dir, LAST)
         if not last.is_file():
             raise ConfigError(f"trainer.logger.init_args.version: {never_saved}")
+        if (run / METRICS).is_file():  # finished: not resumed in place (`not_a_finished_run`), so not advised
+            raise ConfigError(
+                f"trainer.logger.init_args.version: {log_dir} already holds a finished run (metrics.json): give "
+                f"another version (or none: the next free one); to train it further, add --ckpt_path {last}"
+            )
         raise ConfigError(
             f"trainer.logger.init_args.version: {log_dir} already holds a run (config.yaml): give another "
             f"version (or none: the next free one), or resume it with --ckpt_path {last}"
