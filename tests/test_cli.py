@@ -593,7 +593,9 @@ def test_a_partial_test_says_how_many_texts_it_tested(jobs, main_run):
     tested = m["tested_texts"]
     assert 0 < tested == len(rows) < 30 and m["data"]["test"]["texts"] == 30
     assert m["partial_test"]["broken"] is True and m["partial_test"]["texts"] == tested
-    assert f"seqvae: test: {tested} of 30 texts (trainer.limit_test_batches 1), IW-NLL with K = 3" in result.stderr, result.describe()
+    assert f"seqvae: test: {tested} of 30 texts (trainer.limit_test_batches 1), IW-NLL with K = 3" in result.stderr, (
+        result.describe()
+    )
     assert f"seqvae: warning: tested on {tested} of the test file's 30 texts" in result.stderr
     full = load_metrics(main_run / "metrics.json")
     assert full["tested_texts"] == 30 and "partial_test" not in full
