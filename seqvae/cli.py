@@ -68,9 +68,8 @@ class SeqVAECLI(LightningCLI):
     result files (rundir/results.py) live where their room is; this class calls them in order."""
 
     def __init__(self, args=None, run=True):
-        # omegaconf+: `${model.hidden_dim}` resolves after every --config file and option is merged, so an
-        # overlay file may refer to a key another file (or the command line) sets; paths stay as written
-        # from a config file's own top (`model.…`, not `fit.model.…`).
+        # omegaconf+: `${model.hidden_dim}` resolves after every --config file and option is merged (an overlay may refer
+        # to a key another file or the command line sets); paths as written from a file's top (`model.…`, not `fit.model.…`).
         set_parsing_settings(omegaconf_absolute_to_relative_paths=True)
         try:
             super().__init__(
@@ -116,7 +115,7 @@ class SeqVAECLI(LightningCLI):
             print(line, file=sys.stderr)
         if self.subcommand in ("validate", "test", "predict"):
             record_checkpoint_settings(cfg, lambda key: set_by_user(self._command_line, key), self._given_model)
-            beside_a_finished_run(cfg, self.subcommand)
+            self._beside = beside_a_finished_run(cfg, self.subcommand)  # said with the data lines, once the inputs pass
         settle_seeds(cfg)
 
     def instantiate_trainer(self, **kwargs):
@@ -129,19 +128,20 @@ class SeqVAECLI(LightningCLI):
 
     def before_validate(self):
         self.datamodule.read_splits(["val"])  # a bad file stops here, before the run directory exists
-        report_data(self.trainer, self.datamodule, ("val",))
+        report_data(self.trainer, self.datamodule, ("val",), getattr(self, "_beside", None))
 
     def before_test(self):
         self.datamodule.read_splits(["test"])
-        report_data(self.trainer, self.datamodule, ("test",))
+        report_data(self.trainer, self.datamodule, ("test",), getattr(self, "_beside", None))
         if not self.trainer.progress_bar_callback:
             self.trainer.callbacks.append(TestProgress())
 
     def before_predict(self):
-        report_data(self.trainer, self.datamodule, read_predict_inputs(self.model, self.datamodule))
+        splits = read_predict_inputs(self.model, self.datamodule)
         check_predict_inputs(self.model, self.datamodule)
         if self.trainer.world_size > 1:  # before Lightning launches the other ranks: one line, not a rank crash
             raise ConfigError("trainer.strategy/devices: predict runs on one device (it writes one file in input order)")
+        report_data(self.trainer, self.datamodule, splits, getattr(self, "_beside", None))
 
     def before_fit(self):
         ckpt = fit_checkpoint(self.config_init["fit"].get("ckpt_path"), self.trainer.log_dir)
@@ -184,16 +184,23 @@ class SeqVAECLI(LightningCLI):
         write_test_results(self.trainer, self.model, self.datamodule, seed, self._command_line, extra)
 
 
-class _NoAdverts(logging.Filter):
+class _KnownNoise(logging.Filter):
+    """Lines by their start: an advertisement; hardware this machine does not have; the seed, which
+    seqvae's own line says (`text/hints.py`: "vocabulary N ids; seed S; run directory …"). Before, a
+    refusal after Lightning started came as three or four lines, the error last (a new user's report)."""
+
+    NOISE = ("💡 Tip:", "GPU available: False, used: False", "TPU available: False", "HPU available: False", "Seed set to ")
+
     def filter(self, record: logging.LogRecord) -> bool:
-        return not str(record.msg).startswith("💡 Tip:")
+        return not str(record.msg).startswith(self.NOISE)
 
 
 def quiet_known_noise() -> None:
-    """Silences, by their exact text, the lines Lightning prints on every command that say nothing
-    about the run: its LitLogger advertisement and the FutureWarning of Lightning's own use of
-    torch's deprecated LeafSpec (fixed in Lightning, not ours to act on). Real warnings stay."""
-    logging.getLogger("pytorch_lightning.utilities.rank_zero").addFilter(_NoAdverts())
+    """Silences, by their text, the lines Lightning prints on every command that say nothing
+    about the run (`_KnownNoise`) and the FutureWarning of Lightning's own use of torch's
+    deprecated LeafSpec (fixed in Lightning, not ours to act on). Real warnings stay."""
+    for name in ("pytorch_lightning.utilities.rank_zero", "lightning_fabric.utilities.seed"):
+        logging.getLogger(name).addFilter(_KnownNoise())
     warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated", category=FutureWarning)
 
 

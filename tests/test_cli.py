@@ -388,6 +388,18 @@ def build_jobs(tmp: Path, corpus: dict[str, Path]) -> Jobs:
 
     specs["test_beside_finished_run"] = test_beside_finished_run
 
+    def refused_test_beside_finished_run():  # the same with a test file that is not UTF-8: refused, and silent about a directory
+        original = jobs.result("crlf").ok().wrote.parent
+        run = tmp / "refused" / "demo" / original.name  # a copy: another job writes beside the original
+        shutil.copytree(original, run)
+        before = sorted(p for p in run.parent.rglob("*"))
+        fixed = ["--trainer.logger.init_args.save_dir", tmp / "refused", "--trainer.logger.init_args.version", run.name]
+        fixed += ["--data.test", corpus["latin1"]]
+        result = seqvae(["test", "--config", run / "config.yaml", *fixed, "--ckpt_path", run / "checkpoints" / "best.ckpt"], cwd)
+        return run, before, result, sorted(p for p in run.parent.rglob("*"))
+
+    specs["refused_test_beside_finished_run"] = refused_test_beside_finished_run
+
     def resume_with_other_vocabulary():  # the main run's checkpoint, a vocabulary cut to 10 words
         run = run_dir()
         save = tmp / "other_vocabulary"
@@ -489,6 +501,14 @@ def load_metrics(path: Path) -> dict:
 
 
 # ------------------------------------------------------------------------------------- 1. fit
+@needs("fit")
+def test_the_seed_is_said_in_seqvaes_line_not_lightnings(jobs, main_run):
+    stderr = jobs.result("fit").stderr
+    seed = yaml.safe_load((main_run / "config.yaml").read_text())["seed_everything"]
+    assert f"seqvae: vocabulary 24 ids; seed {seed}; run directory {main_run}" in stderr.splitlines(), stderr
+    assert "Seed set to" not in stderr and "TPU available: False" not in stderr
+
+
 @needs("fit")
 def test_fit_run_directory(main_run):
     for name in ("config.yaml", "hparams.yaml", "vocab.json", "metrics.json", "checkpoints/best.ckpt", "checkpoints/last.ckpt"):
@@ -614,6 +634,8 @@ def assert_one_error_line(result: Result, expected: list[str]) -> None:
     assert "Traceback" not in result.stderr, result.describe()
     last = result.stderr.strip().splitlines()[-1]
     assert last.startswith("seqvae: error:"), result.describe()
+    noise = ("Seed set to", "GPU available: False", "TPU available: False")  # Lightning's, silenced (cli.py `_KnownNoise`)
+    assert not [x for x in result.stderr.splitlines() if x.startswith(noise)], result.describe()
     for part in expected:
         assert part in last, f"{part!r} not in {last!r}"
 
@@ -648,6 +670,14 @@ def test_testing_a_fixed_version_run_writes_beside_it(jobs):
     assert f"seqvae: {run} holds a finished run: this test writes to a new version_N beside it" in result.stderr
     assert result.wrote.parent.parent == run.parent and result.wrote.parent != run
     assert after == before  # the finished run is untouched: no events file, no metrics-2.json
+
+
+@needs("refused_test_beside_finished_run")
+def test_a_refused_test_beside_a_finished_run_announces_no_directory(jobs, corpus):
+    run, before, result, after = jobs.result("refused_test_beside_finished_run")
+    assert_one_error_line(result, [f"{corpus['latin1']}:3: not valid UTF-8"])
+    assert "holds a finished run" not in result.stderr, result.describe()  # before: "this test writes to a new version_N"
+    assert after == before  # nothing beside the run, nothing in it
 
 
 @needs("resume_moved_run")

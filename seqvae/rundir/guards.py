@@ -5,7 +5,6 @@ own config.yaml, sent to the next free version beside it. Each refusal is one li
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 from seqvae.errors import ConfigError
@@ -75,20 +74,21 @@ def _check_untyped_writer_options(args) -> None:
             raise ConfigError(f"trainer.logger.init_args.{key}: expected a number; got {value!r} (tensorboard's SummaryWriter)")
 
 
-def beside_a_finished_run(cfg, subcommand: str) -> None:
+def beside_a_finished_run(cfg, subcommand: str) -> str | None:
     """validate/test/predict with a run's own config.yaml, whose logger names the run's fixed
     version (every sweep cell's does), would write into that finished run (Lightning refuses
     with a traceback, after adding an events file to it): such a command writes to the next
-    free version_N beside it instead, and says so."""
+    free version_N beside it instead. Returns the line that says so, for the CLI to print once
+    the command's inputs have passed their checks (a refused command announces no directory)."""
     args = _logger_args(cfg)
     version = args.get("version") if args is not None else None
     if version is None or not args.get("save_dir"):
-        return
+        return None
     run = Path(args.save_dir, args.get("name") or "", version if isinstance(version, str) else f"version_{version}")
     if (run / CONFIG).exists():
         args["version"] = None
-        note = f"seqvae: {run} holds a finished run: this {subcommand} writes to a new version_N beside it"
-        print(note, file=sys.stderr)
+        return f"seqvae: {run} holds a finished run: this {subcommand} writes to a new version_N beside it"
+    return None
 
 
 def not_a_finished_run(log_dir: str | None) -> None:

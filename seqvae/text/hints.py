@@ -5,6 +5,7 @@ every command prints (`report_data`)."""
 from __future__ import annotations
 
 import math
+import os
 import sys
 from collections import Counter
 
@@ -233,10 +234,11 @@ def token_warnings(corpus: Corpus, s: dict) -> list[str]:
     return out
 
 
-def report_data(trainer, dm, splits: tuple[str, ...]) -> None:
+def report_data(trainer, dm, splits: tuple[str, ...], note: str | None = None) -> None:
     """The data lines `fit`, `validate`, `test` and `predict` print (rank 0) for the splits they
     read: texts, tokens, unk rate, skipped lines; the warnings of a split read with another unknown
-    token or from another corpus; with `train`, those of evaluation splits that are the training text."""
+    token or from another corpus; with `train`, those of evaluation splits that are the training text.
+    `note`: a line said before the run directory's (where a command writes beside a finished run)."""
     if not trainer.is_global_zero or not splits:
         return
     summary = dm.summary()
@@ -257,7 +259,11 @@ def report_data(trainer, dm, splits: tuple[str, ...]) -> None:
         hint = unk_rate_hint(split, summary[split], train_rate) if split != "train" else None
         if hint is not None:
             print(f"seqvae: warning: {hint}", file=sys.stderr)
-    print(f"seqvae: vocabulary {dm.vocab_size} ids; run directory {trainer.log_dir}", file=sys.stderr)
+    if note:
+        print(note, file=sys.stderr)
+    seed = os.environ.get("PL_GLOBAL_SEED")  # what seed_everything set (Lightning's own line is silenced: cli.py)
+    seed = f"seed {seed}; " if seed is not None else ""
+    print(f"seqvae: vocabulary {dm.vocab_size} ids; {seed}run directory {trainer.log_dir}", file=sys.stderr)
     if "train" not in splits:
         return
     given = {
