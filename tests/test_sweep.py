@@ -456,14 +456,17 @@ def test_sigterm_stops_the_cells_and_marks_them_interrupted(in_repo, tmp_path, c
 @pytest.mark.parametrize(
     "overrides, message",
     [
-        ({"model.poolng": "max"}, "variant bad: unrecognized arguments: --model.poolng max"),
-        ({"model.pooling": "maxx"}, 'variant bad: Parser key "model.pooling": Expected a typing.Literal'),
+        ({"model.poolng": "max"}, "variants[1].overrides.model.poolng (variant bad): unrecognized arguments: --model.poolng max"),
+        (
+            {"model.pooling": "maxx"},
+            'variants[1].overrides.model.pooling (variant bad): Parser key "model.pooling": Expected a typing.Literal',
+        ),
         # Out-of-range numbers too (seqvae/options.py), on the model, the data and a strategy's init_args.
-        ({"model.lr": -1}, "variant bad: model.lr: must be > 0, got -1"),
-        ({"data.batch_size": 0}, "variant bad: data.batch_size: must be >= 1, got 0"),
+        ({"model.lr": -1}, "variants[1].overrides.model.lr (variant bad): model.lr: must be > 0, got -1"),
+        ({"data.batch_size": 0}, "variants[1].overrides.data.batch_size (variant bad): data.batch_size: must be >= 1, got 0"),
         (
             {"model.kl_penalty": "FreeBits", "model.kl_penalty.target": -2},
-            "variant bad: model.kl_penalty.init_args.target: must be >= 0, got -2",
+            "variant bad: model.kl_penalty.init_args.target: must be >= 0, got -2",  # a key the grid does not have: the variant
         ),
     ],
 )
@@ -587,7 +590,13 @@ def test_finished_cells_of_an_edited_grid_stop_the_sweep(in_repo, tmp_path, caps
     misspelt["variants"][1]["overrides"] = {"model.poling": "max"}
     assert sweep.main([str(write_grid(tmp_path / "misspelt.yaml", misspelt)), "--dry-run"]) == 2
     err = capsys.readouterr().err
-    assert "error: " in err and "variant max: " in err and "model.poling" in err
+    assert "misspelt.yaml: variants[1].overrides.model.poling (variant max): unrecognized arguments: --model.poling" in err
+    common = grid(root=str(root), seeds=[1])  # a bad value in the grid's own overrides: named there, not in a variant
+    common["overrides"] = {**common.get("overrides", {}), "model.test_iw_samples": "twenty"}
+    assert sweep.main([str(write_grid(tmp_path / "common.yaml", common)), "--dry-run"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    where = f"{tmp_path / 'common.yaml'}: overrides.model.test_iw_samples (variant last): "
+    assert err.startswith(f"seqvae sweep: error: {where}"), err
     assert {p: p.read_bytes() for p in root.rglob("*") if p.is_file()} == before  # nothing moved, deleted or rerun
     assert sweep.main([str(path), "--dry-run"]) == 0  # the grid as it ran: every cell finished
     # an interrupted cell would resume its checkpoint under the new settings: refused the same way

@@ -53,6 +53,7 @@ class Cell:
     needs: list[Path] = field(default_factory=list)  # run directories that must have finished first
     export_dir: Path | None = None  # where its small result files are copied once it finished
     slurm: dict = field(default_factory=dict)  # cluster resources (SLURM_KEYS) of the grid and the variant
+    where: dict = field(default_factory=dict)  # override key -> its grid file key (`overrides.K`, `variants[i].overrides.K`)
 
     @property
     def name(self) -> str:
@@ -274,7 +275,9 @@ def _expand(root: str, export: str | None, seeds: list[int], variants: list[dict
             needs = [Path(root) / n / f"seed{seed}" for n in v["needs"]]
             run_dir = Path(root) / v["name"] / f"seed{seed}"
             export_dir = Path(export) / v["name"] / f"seed{seed}" if export else None
-            cells.append(Cell(len(cells) + 1, total, v["name"], seed, run_dir, args, needs, export_dir, dict(v["slurm"])))
+            cells.append(
+                Cell(len(cells) + 1, total, v["name"], seed, run_dir, args, needs, export_dir, dict(v["slurm"]), v["where"])
+            )
     return cells
 
 

@@ -96,8 +96,11 @@ def check_variants(cells: list[Cell]) -> None:
         if cell.variant not in checked:
             checked.add(cell.variant)
             error = parse_only(cell.args)
-            if error:
-                raise GridError(f"variant {cell.variant}: {error}")
+            if error:  # the grid file's key where the option named came from, if an override gave it
+                key = next((k for k in cell.where if re.search(rf"(?<![\w.]){re.escape(k)}(?![\w.])", error)), None)
+                raise GridError(
+                    f"{cell.where[key]} (variant {cell.variant}): {error}" if key else f"variant {cell.variant}: {error}"
+                )
 
 
 def check_finished_cells(cells: list[Cell]) -> None:

@@ -60,8 +60,9 @@ def write_test_results(trainer, model, datamodule, seed_everything, command_line
     metrics["provenance"] = provenance(["seqvae", *command_line])
     rows = next((cb.rows for cb in trainer.callbacks if isinstance(cb, PerTextRows)), None)
     files, test = {}, datamodule.corpora["test"]
-    if rows is not None:
-        metrics.update(texts_tested(len(rows["index"]), metrics["data"]["test"]["texts"], trainer.limit_test_batches))
+    in_file = (metrics["data"].get("test") or {}).get("texts")
+    if rows is not None and in_file is not None:
+        metrics.update(texts_tested(len(rows["index"]), in_file, trainer.limit_test_batches))
     # metrics.json marks a complete set: a per_text.csv without its metrics.json (a kill
     # between the two writes) is the unfinished half of this set and is replaced.
     n = free_number([run_dir / METRICS])
