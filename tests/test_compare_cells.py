@@ -327,3 +327,13 @@ def test_runs_without_provenance_are_named_under_the_table(tmp_path, capsys):
     edit(tmp_path, "b", 1, seeds=None)
     rc, out, _ = run_compare(capsys, f"{tmp_path}/yahoo/*/seed*", "--label", "dir")
     assert [x for x in footnotes(out) if x.startswith(head)] == [head + "every run"]
+
+
+def test_a_huge_value_is_written_in_scientific_notation_in_every_cell():
+    from seqvae.analysis.table_cells import diff_cell, stat_cell
+
+    assert stat_cell({"mean": 1.1048697728e28, "std": 2.5e27}, 1) == "1.105e+28 ± 2.500e+27"
+    assert stat_cell({"mean": 9_999_999.0, "std": None}, 1) == "9999999.0"  # below 1e7: as before
+    assert stat_cell({"mean": 121.17, "std": 0.5}, 1) == "121.2 ± 0.5"
+    d = {"diff": 1.2e28, "lo": -3e27, "hi": 2.7e28, "n": 3, "by": "seed"}
+    assert diff_cell(d, 1) == "+1.200e+28 [-3.000e+27, +2.700e+28]"

@@ -153,9 +153,15 @@ def add_differences(groups: list[dict], allow_mixed_k: bool = False, resolve: fl
     return [f"{', '.join(labels)}: {line}" for line, labels in lines.items()] + seeds_lines + notes
 
 
+def fixed(x: float, digits: int, sign: str = "") -> str:
+    """x with `digits` decimals; from 1e7 on in scientific notation (a collapsed run's perplexity, 1.1e+28,
+    was 29 digits wide in the table)."""
+    return f"{x:{sign}.3e}" if math.isfinite(x) and abs(x) >= 1e7 else f"{x:{sign}.{digits}f}"
+
+
 def number(x: float, digits: int, mid: str) -> str:
     counts = mid and metric(mid).count  # differences of a count (active units) are counts of units
-    return f"{x:+.0f}" if counts and float(x).is_integer() else f"{x:+.{digits}f}"
+    return f"{x:+.0f}" if counts and float(x).is_integer() else fixed(x, digits, "+")
 
 
 def diff_cell(d: dict | None, digits: int, mid: str = "", row_n: int | None = None, star: bool = True) -> str:
@@ -169,7 +175,7 @@ def diff_cell(d: dict | None, digits: int, mid: str = "", row_n: int | None = No
         count = f"{d['n']}/{d['n']}" if d.get("by") != "welch" else f"{d['n']} runs"
         return f"{text} on every {UNIT.get(d.get('by'), 'pair')} ({count})"
     if d.get("lo") is not None:
-        cell = f"{text} [{d['lo']:+.{digits}f}, {d['hi']:+.{digits}f}]" + ("*" if star and excludes_zero(d) else "")
+        cell = f"{text} [{fixed(d['lo'], digits, '+')}, {fixed(d['hi'], digits, '+')}]" + ("*" if star and excludes_zero(d) else "")
         return cell + (f" (n={d['n']})" if d.get("by") == "seed" and row_n and d["n"] != row_n else "")
     if d.get("why") == NOT_COMPARABLE:
         return f"{text} ({NOT_COMPARABLE})"
@@ -190,6 +196,6 @@ def stat_cell(stat: dict, digits: int, mark: str = "") -> str:
     notes += [f"{stat['nonfinite']} non-finite"] if stat.get("nonfinite") else []
     if stat["mean"] is None:
         return MISSING + (f" ({'; '.join(notes)})" if notes else "")
-    text = f"{stat['mean']:.{digits}f}"
-    text = (text if stat["std"] is None else f"{text} ± {stat['std']:.{digits}f}") + mark
+    text = fixed(stat["mean"], digits)
+    text = (text if stat["std"] is None else f"{text} ± {fixed(stat['std'], digits)}") + mark
     return text + (f" ({'; '.join(notes)})" if notes else "")

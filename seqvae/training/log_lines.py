@@ -122,7 +122,7 @@ class TestProgress(Callback):
         sampler, data = getattr(loader, "batch_sampler", None), getattr(loader, "dataset", None)
         batches = list(sampler) if sampler is not None and isinstance(data, IndexedTexts) else []
         in_file = sum(len(b) for b in batches)
-        limit = trainer.num_test_batches[0] if trainer.num_test_batches else len(batches)
+        limit = (getattr(trainer, "num_test_batches", None) or [len(batches)])[0]
         batches = batches[: int(limit)] if limit != float("inf") else batches  # trainer.limit_test_batches
         self._passes = self.passes(pl_module)
         self._total = sum(self.work(len(b), max(len(data.ids[i]) for i in b)) for b in batches if b)
