@@ -175,7 +175,8 @@ def diff_cell(d: dict | None, digits: int, mid: str = "", row_n: int | None = No
         count = f"{d['n']}/{d['n']}" if d.get("by") != "welch" else f"{d['n']} runs"
         return f"{text} on every {UNIT.get(d.get('by'), 'pair')} ({count})"
     if d.get("lo") is not None:
-        cell = f"{text} [{fixed(d['lo'], digits, '+')}, {fixed(d['hi'], digits, '+')}]" + ("*" if star and excludes_zero(d) else "")
+        interval = f"[{fixed(d['lo'], digits, '+')}, {fixed(d['hi'], digits, '+')}]"
+        cell = f"{text} {interval}" + ("*" if star and excludes_zero(d) else "")
         return cell + (f" (n={d['n']})" if d.get("by") == "seed" and row_n and d["n"] != row_n else "")
     if d.get("why") == NOT_COMPARABLE:
         return f"{text} ({NOT_COMPARABLE})"
